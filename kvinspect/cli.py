@@ -1,0 +1,89 @@
+"""The ``kvinspect`` command. Headless subcommands import only the Qt-free core.
+
+Each subcommand lives in :mod:`kvinspect.commands` as a module with ``add_parser(sub)``
+and ``main(args, argv) -> int``. With no subcommand the window opens. A user's mistake
+(bad spec, bad file, bad flag) prints one line on stderr and exits 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from .core.errors import KvInspectError
+
+EXIT_USAGE = 2
+
+#: Subcommand modules under kvinspect.commands, in the order --help lists them.
+COMMANDS = ("run", "report", "view", "compare", "trace", "models", "gui")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's default prints the usage too)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _command_modules():
+    mods = []
+    for name in COMMANDS:
+        try:
+            mods.append((name, importlib.import_module(f".commands.{name}", __package__)))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.commands.{name}":
+                raise
+    return mods
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+    from . import __version__
+
+    parser = Parser(prog="kvinspect", description="Inspect the KV cache of Hugging Face transformers models. "
+                    "With no command, the inspector window opens.")
+    parser.add_argument("--version", action="version", version=f"kvinspect {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more (to stderr)")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
+    handlers = {}
+    for name, mod in _command_modules():
+        mod.add_parser(sub)
+        handlers[name] = mod.main
+    return parser, handlers
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser, handlers = build_parser()
+    top_flags = {"-h", "--help", "--version"}
+    if not any(a in handlers for a in argv) and not top_flags & set(argv):
+        # Bare `kvinspect [--model X ...]` opens the window.
+        verbose = [a for a in argv if a in ("-v", "--verbose")]
+        argv = [*verbose, "gui", *[a for a in argv if a not in ("-v", "--verbose")]]
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        quiet_libraries()
+    try:
+        return handlers[args.command](args, argv) or 0
+    except KvInspectError as exc:
+        print(f"kvinspect: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kvinspect: interrupted", file=sys.stderr)
+        return 130
+
+
+def quiet_libraries() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="transformers")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``kvinspect`` subcommand: ``add_parser(sub)`` and ``main(args, argv)``."""

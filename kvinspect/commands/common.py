@@ -1,0 +1,99 @@
+"""Flags and helpers shared by several subcommands (core only, no Qt)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--model", required=required, metavar="SPEC",
+                   help="built-in name (see `kvinspect models`), .gguf file, model folder or hub id")
+    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps, multi-gpu")
+    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bf16/fp16 on GPUs), float32, bfloat16, float16")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow code from the model repository to run (off by default)")
+
+
+def add_session_args(p: argparse.ArgumentParser) -> None:
+    from ..core.session import CACHE_IMPLS, POLICIES
+
+    p.add_argument("--policy", default="reuse", metavar="POLICY",
+                   help="how the cache is handled across turns: " + ", ".join(POLICIES))
+    p.add_argument("--cache", default="dynamic", metavar="IMPL", help="cache implementation: " + ", ".join(CACHE_IMPLS))
+    p.add_argument("--max-new-tokens", type=int, default=None, help="override the script's max_new_tokens")
+    p.add_argument("--seed", type=int, default=None, help="override the script's seed")
+    p.add_argument("--system", default=None, help="override the script's system prompt")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="a Jinja chat template replacing the tokenizer's (e.g. resources/templates/qwen3-think.jinja)")
+    p.add_argument("--max-cache-len", type=int, default=None, help="rows of a static cache (default min(max positions, 2048))")
+    p.add_argument("--generation-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a model.generation_config field first, e.g. cache_implementation=static (repeatable)")
+    p.add_argument("--respect-generation-config", action="store_true",
+                   help="do not clear a colliding generation_config.cache_implementation (reproduces the ValueError)")
+
+
+def parse_kv(items: list[str]) -> dict:
+    from ..core.errors import ScriptError
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ScriptError(f"--generation-config expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = None if v.strip().lower() in ("none", "null") else v
+    return out
+
+
+def session_options(args):
+    """SessionOptions from the shared flags (the script's own settings are applied by the runner)."""
+    from ..core.errors import ScriptError
+    from ..core.session import SessionOptions, check_cache_impl, check_policy
+
+    opts = SessionOptions(policy=check_policy(args.policy), cache_impl=check_cache_impl(args.cache))
+    if getattr(args, "chat_template", None):
+        p = Path(args.chat_template)
+        if not p.is_file():
+            raise ScriptError(f"chat template not found: {args.chat_template}")
+        opts.chat_template = p.read_text(encoding="utf-8")
+        opts.chat_template_name = str(p)
+    if args.max_cache_len is not None and args.max_cache_len < 1:
+        raise ScriptError("--max-cache-len must be positive")
+    opts.max_cache_len = args.max_cache_len
+    opts.generation_config = parse_kv(args.generation_config)
+    opts.respect_generation_config = args.respect_generation_config
+    if args.system is not None:
+        opts.system = args.system
+    return opts
+
+
+def apply_script_overrides(script, args):
+    if getattr(args, "max_new_tokens", None) is not None:
+        script.settings.max_new_tokens = args.max_new_tokens
+    if getattr(args, "seed", None) is not None:
+        script.settings.seed = args.seed
+    if getattr(args, "system", None) is not None:
+        script.system = args.system
+    from ..core.errors import ScriptError
+
+    try:
+        script.settings.validate()
+    except ScriptError as exc:
+        raise ScriptError(f"command line: {exc}") from None
+    return script
+
+
+def progress_printer(label: str):
+    last = {"stage": None}
+
+    def progress(stage: str, frac):
+        if stage != last["stage"]:
+            last["stage"] = stage
+            print(f"{label}: {stage}…", file=sys.stderr, flush=True)
+
+    return progress

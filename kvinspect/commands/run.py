@@ -1,0 +1,81 @@
+"""``kvinspect run``: a scripted conversation, headless; writes the trace and summary.json."""
+
+from __future__ import annotations
+
+from .common import add_model_args, add_session_args, apply_script_overrides, progress_printer, session_options
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run a scripted conversation headless; write a trace and summary.json")
+    add_model_args(p)
+    p.add_argument("--script", required=True, metavar="FILE", help="chat script JSON (see docs/trace-format.md)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (trace.jsonl, summary.json, script.json)")
+    add_session_args(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="do not stream replies")
+
+
+def main(args, argv) -> int:
+    from ..core.loading import load_model, resolve_spec
+    from ..core.runner import run_script
+    from ..core.script import load_script
+    from ..core.session import check_cache_available
+    from ..core.tables import checklist_text, events_text, turn_table
+
+    script = apply_script_overrides(load_script(args.script), args)
+    opts = session_options(args)
+    resolve_spec(args.model)  # fail fast, before torch is imported
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype,
+                        trust_remote_code=args.trust_remote_code, progress=progress_printer("loading " + args.model))
+    check_cache_available(loaded, opts.cache_impl)
+    stream = not args.quiet
+
+    def on_turn_start(i, text):
+        print(f"\n── turn {i + 1} ── user: {text}", flush=True)
+        if stream:
+            print("assistant: ", end="", flush=True)
+
+    def on_token(t):
+        if stream:
+            print(t, end="", flush=True)
+
+    def on_turn(turn):
+        if stream:
+            print()
+        if turn.status == "failed":
+            print(f"turn {turn.index + 1} failed: {turn.error}", flush=True)
+
+    res = run_script(loaded, script, args.out, opts, command=reproduce_command(args), on_token=on_token,
+                     on_turn_start=on_turn_start, on_turn=on_turn)
+    rec = res.record
+    print()
+    print(turn_table(rec))
+    print()
+    print(events_text(rec))
+    print()
+    print(checklist_text(rec))
+    print(f"\ntrace: {res.trace}\nsummary: {res.summary}")
+    return 0
+
+
+def reproduce_command(args) -> list[str]:
+    """The command line that reproduces this run, with the script as saved next to the trace."""
+    cmd = ["kvinspect", "run", "--model", args.model, "--script", "script.json", "--out", "rerun"]
+    if args.device != "auto":
+        cmd += ["--device", args.device]
+    if args.dtype != "auto":
+        cmd += ["--dtype", args.dtype]
+    if args.policy != "reuse":
+        cmd += ["--policy", args.policy]
+    if args.cache != "dynamic":
+        cmd += ["--cache", args.cache]
+    if args.chat_template:
+        cmd += ["--chat-template", args.chat_template]
+    if args.max_cache_len:
+        cmd += ["--max-cache-len", str(args.max_cache_len)]
+    for kv in args.generation_config:
+        cmd += ["--generation-config", kv]
+    if args.respect_generation_config:
+        cmd.append("--respect-generation-config")
+    if args.trust_remote_code:
+        cmd.append("--trust-remote-code")
+    return cmd

@@ -1,0 +1,155 @@
+"""Feature detection across transformers 4.56 → 5.x. Never compare version strings.
+
+Each helper answers one question the rest of the core asks of transformers, in the way
+that works on every supported release (see docs/compat.md for what differs).
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import lru_cache
+from typing import Any
+
+
+def dtype_kwarg() -> str:
+    # 4.56 already accepts ``dtype=`` (``torch_dtype`` is the deprecated spelling).
+    return "dtype"
+
+
+@lru_cache(maxsize=64)
+def _forward_params(cls: type) -> frozenset[str]:
+    try:
+        return frozenset(inspect.signature(cls.forward).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+def cache_kwarg(model) -> str:
+    """``cache`` on 5.24+, ``past_key_values`` before."""
+    return "cache" if "cache" in _forward_params(type(model)) else "past_key_values"
+
+
+def cache_from_call(kwargs: dict, output: Any):
+    """The cache object a forward call used or returned, without touching deprecated properties."""
+    cache = None
+    if output is not None:
+        keys = output.keys() if hasattr(output, "keys") else ()
+        if "cache" in keys:
+            cache = output["cache"]
+        elif "past_key_values" in keys:
+            cache = output["past_key_values"]
+    if cache is None:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    return cache
+
+
+def cache_from_generate_output(out: Any):
+    keys = out.keys() if hasattr(out, "keys") else ()
+    if "cache" in keys:
+        return out["cache"]
+    if "past_key_values" in keys:
+        return out["past_key_values"]
+    return None
+
+
+def layer_capacity(layer) -> int | None:
+    """Max rows a layer can hold; None when unbounded (dynamic full layers report -1)."""
+    fn = getattr(layer, "get_max_length", None) or getattr(layer, "get_max_cache_shape", None)
+    if fn is None:
+        return None
+    try:
+        cap = int(fn())
+    except Exception:  # noqa: BLE001 - dummy/linear layers may refuse
+        return None
+    return None if cap < 0 else cap
+
+
+def crop(cache, new_len: int) -> None:
+    """Crop ``cache`` to ``new_len`` tokens; works on 4.56–5.x (negative form only).
+
+    Raises ``ValueError``/``RuntimeError`` when a sliding layer is past its window.
+    """
+    cur = int(cache.get_seq_length())
+    if new_len >= cur:
+        return
+    cache.crop(new_len - cur)
+
+
+def text_config(config):
+    try:
+        return config.get_text_config(decoder=True)
+    except TypeError:  # very old signature
+        return config.get_text_config()
+
+
+def config_layer_types(config) -> list[str]:
+    """The attention type of every decoder layer, as the cache would build it.
+
+    ``config.layer_types`` when present; else one global rule (sliding if
+    ``sliding_window`` is set, chunked if ``attention_chunk_size`` is), as transformers
+    does when it builds ``DynamicCache(config=...)``.
+    """
+    tc = text_config(config)
+    n = int(getattr(tc, "num_hidden_layers", 0) or 0)
+    types = getattr(tc, "layer_types", None)
+    if types:
+        return [str(t) for t in types][:n] if n else [str(t) for t in types]
+    if getattr(tc, "sliding_window", None):
+        return ["sliding_attention"] * n
+    if getattr(tc, "attention_chunk_size", None):
+        return ["chunked_attention"] * n
+    return ["full_attention"] * n
+
+
+def config_window(config, layer_type: str) -> int | None:
+    tc = text_config(config)
+    if layer_type == "sliding_attention":
+        return getattr(tc, "sliding_window", None) or getattr(tc, "attention_chunk_size", None)
+    if layer_type == "chunked_attention":
+        return getattr(tc, "attention_chunk_size", None) or getattr(tc, "sliding_window", None)
+    return None
+
+
+def new_dynamic_cache(config=None, offloading: bool = False):
+    from transformers import DynamicCache
+
+    if config is None:
+        return DynamicCache()
+    if offloading:
+        return DynamicCache(config=config, offloading=True)
+    return DynamicCache(config=config)
+
+
+def new_static_cache(config, max_cache_len: int):
+    from transformers import StaticCache
+
+    return StaticCache(config=config, max_cache_len=max_cache_len)
+
+
+def quantized_backends() -> list[str]:
+    """Quantized-cache backends usable here: fp8 (5.x, no extras), quanto, hqq (extras)."""
+    import importlib.util
+
+    out = []
+    try:
+        from transformers import cache_utils
+
+        if hasattr(cache_utils, "Fp8QuantizedLayer"):
+            out.append("fp8")
+    except ImportError:
+        pass
+    if importlib.util.find_spec("optimum") and importlib.util.find_spec("optimum.quanto"):
+        out.append("quanto")
+    if importlib.util.find_spec("hqq"):
+        out.append("hqq")
+    return out
+
+
+def new_quantized_cache(config, backend: str):
+    from transformers import QuantizedCache
+
+    return QuantizedCache(backend=backend, config=config)
+
+
+def has_past_recording(cache) -> bool:
+    return hasattr(cache, "activate_past_recording")

@@ -1,0 +1,80 @@
+"""Detector events: what happened, where, the numbers behind it, and what to do.
+
+Kinds are a stable contract (trace files, summary.json, scripts): add kinds, never rename.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+WINDOW_REACHED = "window_reached"
+CHUNK_REACHED = "chunk_reached"
+CACHE_RECREATED = "cache_recreated"
+DUPLICATE_CONTEXT = "duplicate_context"
+PREFIX_DIVERGENCE = "prefix_divergence"
+CACHE_DISABLED = "cache_disabled"
+CONFIG_OVERRIDE = "config_override"
+UNBOUNDED_WINDOW = "unbounded_window"
+CACHE_FED_WITHOUT_USE_CACHE = "cache_fed_without_use_cache"
+TURN_FAILED = "turn_failed"
+TURN_STOPPED = "turn_stopped"
+
+#: Expected behaviour, shown but never counted as a problem.
+INFO_KINDS = frozenset({WINDOW_REACHED, CHUNK_REACHED, TURN_STOPPED})
+ALL_KINDS = (
+    WINDOW_REACHED, CHUNK_REACHED, CACHE_RECREATED, DUPLICATE_CONTEXT, PREFIX_DIVERGENCE,
+    CACHE_DISABLED, CONFIG_OVERRIDE, UNBOUNDED_WINDOW, CACHE_FED_WITHOUT_USE_CACHE,
+    TURN_FAILED, TURN_STOPPED,
+)
+
+
+@dataclass
+class Event:
+    kind: str
+    severity: str  # "info" | "warn" | "error"
+    turn: int
+    step: int  # global step index where it shows (first step of the turn when not step-specific)
+    message: str
+    advice: str = ""
+    layer: int | None = None  # first layer concerned; ``layers`` has them all
+    layers: list[int] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Event:
+        return cls(
+            kind=str(d["kind"]), severity=str(d.get("severity", "warn")), turn=int(d.get("turn", 0)),
+            step=int(d.get("step", 0)), message=str(d.get("message", "")), advice=str(d.get("advice", "")),
+            layer=d.get("layer"), layers=list(d.get("layers") or []), data=dict(d.get("data") or {}),
+        )
+
+    @property
+    def is_problem(self) -> bool:
+        return self.kind not in INFO_KINDS
+
+    def markdown(self) -> str:
+        where = f"turn {self.turn + 1}, step {self.step}"
+        if self.layers:
+            where += ", layers " + _ranges(self.layers)
+        out = f"**{self.kind}** ({self.severity}, {where}): {self.message}"
+        if self.advice:
+            out += f"\n\n*What to do:* {self.advice}"
+        return out
+
+
+def _ranges(idx: list[int]) -> str:
+    idx = sorted(set(idx))
+    parts: list[str] = []
+    start = prev = idx[0]
+    for i in idx[1:] + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}–{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(parts)

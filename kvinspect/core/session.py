@@ -1,0 +1,628 @@
+"""A chat session: one model, one cache policy, turns run through transformers' own ``generate``.
+
+The same object runs synchronously in the CLI and tests and on the GUI's worker thread.
+Each turn renders the whole history with the chat template, prepares the cache according to
+the chosen *policy* (the correct reuse, or one of the classic mistakes, reproduced on
+purpose), generates with a forward-hook observer attached, snapshots the cache, runs the
+detectors and appends everything to the :class:`~.record.TraceRecord` (and the trace file).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import compat, env
+from .detectors import TurnContext, detect_turn, turn_checklist
+from .errors import ScriptError, UnsupportedCacheError
+from .events import CONFIG_OVERRIDE, TURN_FAILED, TURN_STOPPED, Event
+from .loading import LoadedModel
+from .memory import MemorySampler
+from .observer import StepObserver, StepSample
+from .probe import CacheProbe
+from .record import TraceRecord, TurnRecord
+from .script import GenerationSettings
+from .tracefile import TraceWriter
+
+log = logging.getLogger(__name__)
+
+POLICIES = ("reuse", "recreate", "refeed", "nocache", "cache-without-config", "cache-and-use-cache-false")
+POLICY_HELP = {
+    "reuse": "one cache across turns; full prompt + prefix check + crop (the correct way)",
+    "recreate": "a new cache object every turn (the cache created inside the loop)",
+    "refeed": "the full history fed onto the reused cache by a manual forward loop (duplicated context)",
+    "nocache": "use_cache=False (the slow baseline: every step re-reads the whole sequence)",
+    "cache-without-config": "DynamicCache() built without the model config (a window is never applied)",
+    "cache-and-use-cache-false": "a cache passed together with use_cache=False (the cache swallows every step)",
+}
+CACHE_IMPLS = ("dynamic", "static", "offloaded", "quantized")
+
+TokenCallback = Callable[[str], None]
+StopCheck = Callable[[], bool]
+
+
+@dataclass
+class SessionOptions:
+    policy: str = "reuse"
+    cache_impl: str = "dynamic"
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    system: str | None = None
+    chat_template: str | None = None  # Jinja text replacing the tokenizer's template
+    chat_template_name: str | None = None
+    max_cache_len: int | None = None  # static caches; default: min(max_position_embeddings, 2048)
+    generation_config: dict = field(default_factory=dict)  # overrides applied to model.generation_config
+    respect_generation_config: bool = False  # True: let a colliding cache_implementation break generate()
+
+
+def check_policy(policy: str) -> str:
+    p = (policy or "reuse").strip().lower().replace("_", "-")
+    if p not in POLICIES:
+        raise ScriptError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
+    return p
+
+
+def check_cache_impl(impl: str) -> str:
+    c = (impl or "dynamic").strip().lower()
+    if c not in CACHE_IMPLS:
+        raise ScriptError(f"unknown cache implementation {impl!r}; choose one of: {', '.join(CACHE_IMPLS)}")
+    return c
+
+
+class _Streamer:
+    """transformers streamer protocol (``put``/``end``): decodes incrementally, times the first token."""
+
+    def __init__(self, tokenizer, on_text: TokenCallback | None, eos_ids: set[int]):
+        self.tok = tokenizer
+        self.on_text = on_text
+        self.eos_ids = eos_ids
+        self.prompt_seen = False
+        self.ids: list[int] = []
+        self.text = ""
+        self.first_token_t: float | None = None
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:  # generate() first hands over the prompt
+            self.prompt_seen = True
+            return
+        ids = value.reshape(-1).tolist()
+        if self.first_token_t is None:
+            self.first_token_t = time.perf_counter()
+        self.add(ids)
+
+    def add(self, ids: list[int]) -> None:
+        self.ids.extend(ids)
+        visible = [i for i in self.ids if i not in self.eos_ids]
+        text = self.tok.decode(visible, skip_special_tokens=True)
+        # Hold back a trailing replacement char: it is usually half of a multi-byte character.
+        if text.endswith("\ufffd"):
+            return
+        if len(text) > len(self.text) and text.startswith(self.text):
+            delta = text[len(self.text):]
+            self.text = text
+            if self.on_text and delta:
+                self.on_text(delta)
+        elif text != self.text:
+            self.text = text
+
+    def end(self) -> None:
+        pass
+
+
+def _stopping_criteria(should_stop: StopCheck):
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _Stop(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            hit = bool(should_stop())
+            return torch.full((input_ids.shape[0],), hit, dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_Stop()])
+
+
+def check_cache_available(loaded: LoadedModel, impl: str) -> None:
+    """Raise UnsupportedCacheError (one line) when ``impl`` cannot run with this model here."""
+    impl = check_cache_impl(impl)
+    name = loaded.name
+    if impl == "offloaded":
+        if not (loaded.device.startswith("cuda") or loaded.device == "multi-gpu"):
+            raise UnsupportedCacheError(
+                f"--cache offloaded needs a CUDA device (offloading moves layers between GPU and CPU); "
+                f"this run is on {loaded.device}"
+            )
+    if impl == "quantized":
+        kinds = {lay["config_attention"] for lay in env.config_layers(loaded.model.config)}
+        if kinds - {"full"}:
+            raise UnsupportedCacheError(
+                f"--cache quantized supports full-attention models only; {name} has "
+                f"{'/'.join(sorted(kinds - {'full'}))} layers"
+            )
+        if not compat.quantized_backends():
+            raise UnsupportedCacheError(
+                "--cache quantized needs a backend: transformers >= 5 (fp8), optimum-quanto or hqq"
+            )
+
+
+def longest_common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class ChatSession:
+    """Run a conversation turn by turn and record what the KV cache does."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        options: SessionOptions | None = None,
+        *,
+        record: TraceRecord | None = None,
+        trace_path=None,
+        on_event: Callable[[Event], None] | None = None,
+        on_step: Callable[[int], None] | None = None,
+        command: list[str] | None = None,
+        flush_every_s: float = 0.5,
+    ):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tok = loaded.tokenizer
+        self.options = options or SessionOptions()
+        self.options.policy = check_policy(self.options.policy)
+        self.options.cache_impl = check_cache_impl(self.options.cache_impl)
+        self.options.settings.validate()
+        self.on_event = on_event
+        self.on_step = on_step
+        self.cache_kw = compat.cache_kwarg(self.model)
+        self._apply_generation_config_overrides()
+        self.probe = CacheProbe(self.model.config)
+        self.memory = MemorySampler(loaded.device)
+        self.record = record or TraceRecord(self.probe.n_layers, self._header(command))
+        self.writer = TraceWriter(trace_path, self.record) if trace_path else None
+        self._flush_every = flush_every_s
+        self._last_flush = time.perf_counter()
+        self.observer = StepObserver(self.model, self.probe, self._on_sample, self.memory).attach()
+        self.observer.enabled = False
+        self.history: list[dict] = []
+        self.cache = None
+        self.cached_ids: list[int] = []
+        self.last_cache_id: int | None = None
+        self._turn: TurnRecord | None = None
+        self._turn_samples: list[StepSample] = []
+        self._closed = False
+
+    # -- setup ----------------------------------------------------------------------------
+    def _apply_generation_config_overrides(self) -> None:
+        gc = getattr(self.model, "generation_config", None)
+        for key, value in (self.options.generation_config or {}).items():
+            if gc is None or not hasattr(gc, key) and key not in ("cache_implementation", "cache_config"):
+                raise ScriptError(f"generation config has no field {key!r}")
+            setattr(gc, key, value)
+
+    def _header(self, command: list[str] | None) -> dict:
+        o = self.options
+        cfg = self.model.config
+        return {
+            "created": env.now_iso(),
+            "versions": env.versions(),
+            "machine": env.machine(),
+            "model": {
+                "spec": self.loaded.spec,
+                "name": self.loaded.name,
+                "source": self.loaded.resolved.kind,
+                "class": type(self.model).__name__,
+                "device": self.loaded.device,
+                "dtype": self.loaded.dtype,
+                "load_seconds": round(self.loaded.load_seconds, 3),
+                "notes": list(self.loaded.notes),
+                "config": env.cache_config(cfg),
+                "generation_config": env.generation_config(self.model),
+            },
+            "device": self.loaded.device,
+            "memory": self.memory.describe(),
+            "layers": env.config_layers(cfg),
+            "session": {
+                "policy": o.policy,
+                "cache_impl": o.cache_impl,
+                "system": o.system,
+                "chat_template": o.chat_template_name,
+                "max_cache_len": o.max_cache_len,
+                "generation_config_overrides": dict(o.generation_config),
+                "respect_generation_config": o.respect_generation_config,
+                "settings": o.settings.to_dict(),
+            },
+            "command": command,
+        }
+
+    # -- observer sink ----------------------------------------------------------------------
+    def _on_sample(self, s: StepSample) -> None:
+        turn = self._turn
+        if turn is None:
+            return
+        self.record.set_devices(self.probe.devices)
+        step = self.record.append_step(
+            turn=turn.index, t=s.t, cache_id=s.cache_id, q_len=s.q_len, use_cache=s.use_cache,
+            seen=s.seen, stored=s.stored, dev=s.dev, nbytes=s.nbytes,
+            rss=s.rss, accel_allocated=s.accel_allocated, accel_reserved=s.accel_reserved,
+        )
+        s.cache = None  # do not keep caches alive through samples
+        self._turn_samples.append(s)
+        if self.writer is not None and s.t - self._last_flush >= self._flush_every:
+            self.writer.flush_steps()
+            self._last_flush = s.t
+        if self.on_step:
+            self.on_step(step)
+
+    # -- cache preparation --------------------------------------------------------------------
+    @property
+    def max_cache_len(self) -> int:
+        if self.options.max_cache_len:
+            return int(self.options.max_cache_len)
+        mpe = getattr(compat.text_config(self.model.config), "max_position_embeddings", None) or 2048
+        return int(min(mpe, 2048))
+
+    def check_cache_impl_available(self, impl: str | None = None) -> None:
+        check_cache_available(self.loaded, impl or self.options.cache_impl)
+
+    def new_cache(self, with_config: bool = True):
+        impl = self.options.cache_impl
+        self.check_cache_impl_available(impl)
+        cfg = self.model.config
+        if not with_config:
+            return compat.new_dynamic_cache(None)
+        if impl == "dynamic":
+            return compat.new_dynamic_cache(cfg)
+        if impl == "offloaded":
+            return compat.new_dynamic_cache(cfg, offloading=True)
+        if impl == "static":
+            return compat.new_static_cache(cfg, self.max_cache_len)
+        backend = compat.quantized_backends()[0]
+        return compat.new_quantized_cache(cfg, backend)
+
+    def _prepare_reuse(self, prompt: list[int], ctx: TurnContext, with_config: bool = True) -> None:
+        """The correct recipe: keep the cache, crop to the common prefix, recreate if cropping fails."""
+        if self.cache is None:
+            self.cache = self.new_cache(with_config)
+            self.cached_ids = []
+            ctx.created_reason = "first turn" if not ctx.turn_index else "no cache to reuse"
+            return
+        cur = len(self.cached_ids)
+        lcp = longest_common_prefix(self.cached_ids, prompt)
+        p = min(lcp, len(prompt) - 1)
+        ctx.lcp = lcp
+        if lcp < cur:
+            ctx.divergence_at = lcp
+        if p < cur:
+            try:
+                compat.crop(self.cache, p)
+                self.probe.resync(self.cache)
+                self.cached_ids = self.cached_ids[:p]
+                ctx.cropped_from, ctx.cropped_to = cur, p
+            except (ValueError, RuntimeError, NotImplementedError) as exc:
+                ctx.crop_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.cache = self.new_cache(with_config)
+                self.cached_ids = []
+                ctx.created_reason = "cropping impossible (sliding layers past their window): full re-prefill"
+        ctx.reused = len(self.cached_ids)
+
+    # -- a turn -----------------------------------------------------------------------------
+    def run_turn(self, user_text: str, on_token: TokenCallback | None = None,
+                 should_stop: StopCheck | None = None) -> TurnRecord:
+        if self._closed:
+            raise RuntimeError("session is closed")
+        if not isinstance(user_text, str) or not user_text.strip():
+            raise ScriptError("a turn needs a non-empty user message")
+        o = self.options
+        policy, impl = check_policy(o.policy), check_cache_impl(o.cache_impl)
+        o.policy, o.cache_impl = policy, impl
+        o.settings.validate()
+        index = len(self.record.turns)
+        turn = TurnRecord(index=index, user=user_text, policy=policy, cache_impl=impl,
+                          first_step=self.record.n_steps, settings=o.settings.to_dict())
+        messages = self._messages(user_text)
+        prompt = self._render(messages)
+        turn.prompt_tokens = len(prompt)
+        turn.prompt_ids = prompt
+        ctx = TurnContext(turn_index=index, policy=policy, cache_impl=impl,
+                          cached_before=len(self.cached_ids), prompt=prompt,
+                          prev_cache_id=self.last_cache_id, cached_ids_before=list(self.cached_ids))
+        self.record.add_turn(turn)
+        if self.writer:
+            self.writer.turn_started(turn)
+        self._turn = turn
+        self._turn_samples = []
+        stop = should_stop or (lambda: False)
+        streamer = _Streamer(self.tok, on_token, self._eos_ids())
+        t0 = time.perf_counter()
+        new_ids: list[int] = []
+        try:
+            self.memory.reset_peak()
+            self.observer.enabled = True
+            if policy == "refeed":
+                new_ids = self._run_refeed(prompt, ctx, streamer, stop)
+            else:
+                new_ids = self._run_generate(prompt, ctx, streamer, stop)
+            turn.status = "stopped" if stop() else "ok"
+        except Exception as exc:  # noqa: BLE001 - a failed turn is recorded, never fatal
+            turn.status = "failed"
+            turn.error = self._explain_failure(exc, prompt)
+            log.info("turn %d failed: %s", index + 1, turn.error, exc_info=not isinstance(exc, (ValueError, IndexError, RuntimeError)))
+            # The cache may be half-updated: drop it, the next turn starts clean (and says so).
+            self.cache = None
+            self.cached_ids = []
+        finally:
+            self.observer.enabled = False
+            self._turn = None
+        t1 = time.perf_counter()
+        self._finish_turn(turn, ctx, prompt, new_ids, streamer, t0, t1)
+        return turn
+
+    def _messages(self, user_text: str) -> list[dict]:
+        msgs = []
+        if self.options.system:
+            msgs.append({"role": "system", "content": self.options.system})
+        return msgs + self.history + [{"role": "user", "content": user_text}]
+
+    def _render(self, messages: list[dict]) -> list[int]:
+        kw = {}
+        if self.options.chat_template:
+            kw["chat_template"] = self.options.chat_template
+        try:
+            out = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
+        except Exception as exc:  # noqa: BLE001 - Jinja errors come in many types
+            raise ScriptError(f"the chat template failed to render: {str(exc).splitlines()[0]}") from None
+        ids = self.tok(out, add_special_tokens=False)["input_ids"]
+        if ids and isinstance(ids[0], list):
+            ids = ids[0]
+        return [int(i) for i in ids]
+
+    def _eos_ids(self) -> set[int]:
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = self.tok.eos_token_id
+        if eos is None:
+            return set()
+        return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
+
+    def _gen_kwargs(self, streamer, stop) -> dict:
+        import torch
+
+        s = self.options.settings
+        kw = dict(max_new_tokens=s.max_new_tokens, do_sample=s.do_sample, streamer=streamer,
+                  stopping_criteria=_stopping_criteria(stop), return_dict_in_generate=True)
+        if s.do_sample:
+            kw.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+            if s.seed is not None:
+                torch.manual_seed(s.seed)
+        else:
+            # Greedy: clear sampling knobs a checkpoint's generation_config may carry (avoids warnings).
+            kw.update(temperature=None, top_p=None, top_k=None)
+        if self.tok.pad_token_id is not None and getattr(self.model.generation_config, "pad_token_id", None) is None:
+            kw["pad_token_id"] = self.tok.pad_token_id
+        return kw
+
+    def _generation_config_for_call(self, passing_cache: bool, ctx: TurnContext):
+        """Detect a checkpoint ``cache_implementation`` that collides with our cache; clear it unless told not to."""
+        gc = self.model.generation_config
+        impl = getattr(gc, "cache_implementation", None)
+        if not impl or not passing_cache:
+            return None
+        ctx.config_collision = str(impl)
+        if self.options.respect_generation_config:
+            return None
+        fixed = copy.deepcopy(gc)
+        fixed.cache_implementation = None
+        ctx.config_cleared = True
+        return fixed
+
+    def _run_generate(self, prompt: list[int], ctx: TurnContext, streamer, stop) -> list[int]:
+        import torch
+
+        policy = ctx.policy
+        use_cache = True
+        cache = None
+        if policy == "reuse":
+            self._prepare_reuse(prompt, ctx)
+            cache = self.cache
+        elif policy == "cache-without-config":
+            self._prepare_reuse(prompt, ctx, with_config=False)
+            cache = self.cache
+        elif policy == "recreate":
+            self.cache = cache = self.new_cache()
+            self.cached_ids = []
+            ctx.created_reason = "recreate policy: a new cache object every turn"
+        elif policy == "nocache":
+            self.cache = None
+            self.cached_ids = []
+            use_cache = False
+        elif policy == "cache-and-use-cache-false":
+            if self.cache is None:
+                self.cache = self.new_cache()
+            cache = self.cache
+            use_cache = False
+        ctx.reused = len(self.cached_ids) if cache is not None and use_cache else 0
+        dev = self.loaded.input_device
+        ids = torch.tensor([prompt], dtype=torch.long, device=dev)
+        kw = self._gen_kwargs(streamer, stop)
+        kw["attention_mask"] = torch.ones_like(ids)
+        kw["use_cache"] = use_cache
+        if cache is not None:
+            kw[self.cache_kw] = cache
+        gc = self._generation_config_for_call(cache is not None, ctx)
+        if gc is not None:
+            kw["generation_config"] = gc
+        with torch.inference_mode():
+            out = self.model.generate(ids, **kw)
+        seq = out["sequences"] if hasattr(out, "keys") else out
+        new = seq[0, len(prompt):].tolist()
+        if cache is not None and use_cache:
+            # generate() never feeds the last sampled token back: the cache is one short.
+            self.cached_ids = prompt + new[:-1]
+        elif cache is not None:
+            self.cached_ids = []  # what the cache holds no longer matches any token list
+        returned = compat.cache_from_generate_output(out)
+        ctx.returned_cache_is_ours = returned is None or cache is None or returned is cache
+        return new
+
+    def _run_refeed(self, prompt: list[int], ctx: TurnContext, streamer, stop) -> list[int]:
+        """The classic mistake (b): re-encode the whole history onto the reused cache by hand."""
+        import torch
+
+        if self.cache is None:
+            self.cache = self.new_cache()
+            self.cached_ids = []
+            ctx.created_reason = "first turn"
+        cache = self.cache
+        ctx.reused = 0
+        s = self.options.settings
+        dev = self.loaded.input_device
+        gen = None
+        if s.do_sample and s.seed is not None:
+            gen = torch.Generator(device="cpu").manual_seed(s.seed)
+        suppress = list(getattr(self.model.generation_config, "suppress_tokens", None) or [])
+        eos = self._eos_ids()
+        new: list[int] = []
+        ids = torch.tensor([prompt], dtype=torch.long, device=dev)
+        with torch.inference_mode():
+            for _ in range(s.max_new_tokens):
+                out = self.model(input_ids=ids, use_cache=True, **{self.cache_kw: cache})
+                logits = out.logits[0, -1].float()
+                if suppress:
+                    logits[suppress] = float("-inf")
+                nxt = _pick(logits, s, gen)
+                if streamer.first_token_t is None:
+                    streamer.first_token_t = time.perf_counter()
+                new.append(nxt)
+                streamer.add([nxt])
+                if nxt in eos or stop():
+                    break
+                ids = torch.tensor([[nxt]], dtype=torch.long, device=dev)
+        self.cached_ids = []  # duplicated context: no token list describes it any more
+        return new
+
+    def _explain_failure(self, exc: BaseException, prompt: list[int]) -> str:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        need = len(prompt) + self.options.settings.max_new_tokens - 1
+        if self.options.cache_impl == "static" and need > self.max_cache_len:
+            return (f"static cache overflow: this turn needs up to {need} cache rows but max_cache_len is "
+                    f"{self.max_cache_len} ({type(exc).__name__}: {text[:120]})")
+        if "cache_implementation" in text:
+            return f"generation_config collision: {text[:200]}"
+        return f"{type(exc).__name__}: {text[:300]}"
+
+    def _finish_turn(self, turn: TurnRecord, ctx: TurnContext, prompt, new_ids, streamer, t0, t1) -> None:
+        eos = self._eos_ids()
+        reply_ids = [i for i in new_ids if i not in eos]
+        turn.reply = self.tok.decode(reply_ids, skip_special_tokens=True) if reply_ids else ""
+        turn.new_tokens = len(new_ids)
+        turn.total_s = t1 - t0
+        if streamer.first_token_t is not None:
+            turn.ttft_s = streamer.first_token_t - t0
+            decode_s = t1 - streamer.first_token_t
+            if turn.new_tokens > 1 and decode_s > 0:
+                turn.tokens_per_s = (turn.new_tokens - 1) / decode_s
+        samples = self._turn_samples
+        turn.prefill_tokens = samples[0].q_len if samples else 0
+        turn.reused_tokens = ctx.reused if turn.status != "failed" else 0
+        turn.end_step = self.record.n_steps
+        turn.peak_accel_bytes = self.memory.peak()
+        turn.peak_rss = max((s.rss for s in samples), default=self.memory.rss_now())
+        turn.divergence_at = ctx.divergence_at
+        turn.cropped_from = ctx.cropped_from
+        if turn.status != "failed" and turn.reply is not None:
+            self.history += [{"role": "user", "content": turn.user},
+                             {"role": "assistant", "content": turn.reply}]
+        elif turn.status == "failed":
+            pass  # a failed turn leaves the conversation as it was
+        snap = self.probe.snapshot(self.cache) if self.cache is not None else None
+        cache_ids = [s.cache_id for s in samples if s.cache_id]
+        turn.cache_id = cache_ids[-1] if cache_ids else 0
+        if snap is not None and turn.cache_id in (0, snap.cache_id):
+            turn.cache_id = snap.cache_id if cache_ids else turn.cache_id
+        turn.cache_class = snap.cache_class if snap is not None and cache_ids else ("None" if not cache_ids else "")
+        if snap is not None:
+            turn.layers = [lay.to_dict() for lay in snap.layers]
+            turn.kv_bytes = snap.bytes
+            turn.kv_held_bytes = snap.held_bytes
+            turn.kv_bytes_by_device = snap.bytes_by_device()
+        ctx.samples = samples
+        ctx.snapshot = snap
+        ctx.new_ids = new_ids
+        ctx.cached_after = len(self.cached_ids)
+        ctx.model_layers = self.record.header.get("layers", [])
+        ctx.n_layers = self.probe.n_layers
+        ctx.first_step = turn.first_step
+        ctx.status = turn.status
+        ctx.error = turn.error
+        ctx.stopped = turn.status == "stopped"
+        events = detect_turn(ctx, self.record)
+        if turn.status == "failed":
+            events.append(Event(TURN_FAILED, "error", turn.index, turn.first_step, turn.error,
+                                "Fix the cause above; the conversation and trace keep every earlier turn."))
+        elif turn.status == "stopped":
+            events.append(Event(TURN_STOPPED, "info", turn.index, max(turn.end_step - 1, turn.first_step),
+                                f"stopped by the user after {turn.new_tokens} new tokens; the cache holds "
+                                f"{len(self.cached_ids)} tokens, consistent with the kept reply",
+                                "Nothing to do: the next turn reuses the cache as usual."))
+        for ev in events:
+            self.record.add_event(ev)
+            if self.writer:
+                self.writer.event(ev)
+            if self.on_event:
+                self.on_event(ev)
+        turn.checklist = turn_checklist(ctx, events)
+        if cache_ids:
+            self.last_cache_id = cache_ids[-1]
+        if turn.status == "failed":
+            # kvinspect discarded the cache itself: the next turn's new object is not the user's doing.
+            self.last_cache_id = None
+        self.record.add_turn(turn)
+        if self.writer:
+            self.writer.turn_finished(turn)
+        self._turn_samples = []
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the conversation and the cache (a new chat, same record)."""
+        self.history = []
+        self.cache = None
+        self.cached_ids = []
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.observer.detach()
+        if self.writer is not None:
+            self.writer.close()
+
+    def __enter__(self) -> ChatSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _pick(logits, s: GenerationSettings, gen) -> int:
+    import torch
+
+    if not s.do_sample:
+        return int(torch.argmax(logits))
+    logits = logits / max(s.temperature, 1e-5)
+    if s.top_k:
+        kth = torch.topk(logits, min(s.top_k, logits.numel())).values[-1]
+        logits = torch.where(logits < kth, torch.full_like(logits, float("-inf")), logits)
+    probs = torch.softmax(logits, -1)
+    if s.top_p < 1:
+        sp, si = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sp, -1) - sp < s.top_p
+        mask = torch.zeros_like(probs, dtype=torch.bool)
+        mask[si[keep]] = True
+        probs = torch.where(mask, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum()
+    return int(torch.multinomial(probs.cpu(), 1, generator=gen))

@@ -1,0 +1,65 @@
+"""Plain-text tables for terminals: the per-turn table, events and checklists."""
+
+from __future__ import annotations
+
+import textwrap
+
+from .record import TraceRecord
+
+STATUS_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
+
+
+def _fmt_s(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def turn_table(record: TraceRecord) -> str:
+    cols = ["turn", "status", "prompt", "reused", "prefill", "new", "TTFT s", "total s", "tok/s", "cache", "KV bytes"]
+    rows = []
+    for t in record.turns:
+        rows.append([
+            str(t.index + 1), t.status, str(t.prompt_tokens), str(t.reused_tokens), str(t.prefill_tokens),
+            str(t.new_tokens), _fmt_s(t.ttft_s), _fmt_s(t.total_s),
+            "-" if t.tokens_per_s is None else f"{t.tokens_per_s:.1f}",
+            f"#{t.cache_id}" if t.cache_id else "none", human_bytes(t.kv_bytes),
+        ])
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    line = "  ".join(c.rjust(w) for c, w in zip(cols, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def events_text(record: TraceRecord, width: int = 100) -> str:
+    if not record.events:
+        return "events: none"
+    out = ["events:"]
+    for e in record.events:
+        head = f"  [{e.severity}] turn {e.turn + 1} step {e.step} {e.kind}: "
+        body = textwrap.fill(e.message, width=width, initial_indent=head, subsequent_indent=" " * 6)
+        out.append(body)
+        if e.advice and e.is_problem:
+            out.append(textwrap.fill(e.advice, width=width, initial_indent="      → ", subsequent_indent=" " * 8))
+    return "\n".join(out)
+
+
+def checklist_text(record: TraceRecord, width: int = 100) -> str:
+    out = []
+    for t in record.turns:
+        out.append(f"checklist, turn {t.index + 1}:")
+        for item in t.checklist:
+            head = f"  {STATUS_MARK.get(item['status'], item['status'].upper())}  {item['title']}: "
+            out.append(textwrap.fill(item["evidence"], width=width, initial_indent=head,
+                                     subsequent_indent=" " * 8))
+    return "\n".join(out)
+
+
+def human_bytes(b: int | float | None) -> str:
+    if not b:
+        return "0 B"
+    b = float(b)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if b < 1024 or unit == "TiB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b:.1f} TiB"

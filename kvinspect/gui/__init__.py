@@ -1,0 +1,1 @@
+"""The inspector window (PySide6 + pyqtgraph). A thin view over kvinspect.core; never imported by core."""

@@ -1,0 +1,60 @@
+"""Shared fixtures. Nothing here imports Qt: tests/core also runs without PySide6 installed."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+# Tests never touch the user's real settings or autosave folders.
+_TMP = tempfile.mkdtemp(prefix="kvinspect-tests-")
+os.environ.setdefault("KVINSPECT_CONFIG_DIR", os.path.join(_TMP, "config"))
+os.environ.setdefault("KVINSPECT_DATA_DIR", os.path.join(_TMP, "data"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    # After pytest-xvfb has set DISPLAY (or not): offscreen only when there is no display.
+    if not os.environ.get("DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+_loaded: dict = {}
+
+
+def load_cached(spec: str):
+    """Load a model once per test session (SmolLM2 takes ~15 s from its GGUF)."""
+    from kvinspect.core.loading import load_model
+
+    if spec not in _loaded:
+        _loaded[spec] = load_model(spec, device="cpu")
+    return _loaded[spec]
+
+
+TINY = ("tiny-llama", "tiny-mistral", "tiny-gemma3", "tiny-llama4", "tiny-gemma2")
+WINDOWED = ("tiny-mistral", "tiny-gemma3", "tiny-llama4", "tiny-gemma2")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from kvinspect.core.fetch import is_fetched
+
+    if not is_fetched("smollm2"):
+        if os.environ.get("KVINSPECT_REQUIRE_SMOLLM2"):
+            pytest.fail("SmolLM2 is not fetched (run: kvinspect models fetch smollm2)")
+        pytest.skip("SmolLM2 not fetched (kvinspect models fetch smollm2)")
+    return load_cached("smollm2")
+
+
+@pytest.fixture(params=TINY)
+def tiny_model(request):
+    return load_cached(request.param)
+
+
+@pytest.fixture(params=WINDOWED)
+def windowed_model(request):
+    return load_cached(request.param)
