@@ -200,6 +200,12 @@ def load_model(
     step("importing torch and transformers", 0.05)
     from .devices import dtype_name, resolve_device, resolve_dtype
 
+    if progress is not None:
+        # We report our own stages; transformers' tqdm bars would only clutter a terminal or log.
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
     dev_label, device_map = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, "cuda" if dev_label == "multi-gpu" else dev_label)
 

@@ -560,6 +560,7 @@ class ChatSession:
         ctx.status = turn.status
         ctx.error = turn.error
         ctx.stopped = turn.status == "stopped"
+        ctx.decode = lambda ids: self.tok.decode(ids, skip_special_tokens=False)
         events = detect_turn(ctx, self.record)
         if turn.status == "failed":
             events.append(Event(TURN_FAILED, "error", turn.index, turn.first_step, turn.error,
