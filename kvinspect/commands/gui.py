@@ -17,4 +17,4 @@ def add_parser(sub) -> None:
 def main(args, argv) -> int:
     from ..gui.app import run_from_args
 
-    return run_from_args(args)
+    return run_from_args(args, argv)

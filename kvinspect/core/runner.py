@@ -59,7 +59,8 @@ def run_script(
                 break
             if on_turn_start:
                 on_turn_start(len(session.record.turns), text)
-            turn = session.run_turn(text, on_token=on_token)
+            # should_stop also reaches generate(): a Cancel ends the turn at the next token.
+            turn = session.run_turn(text, on_token=on_token, should_stop=should_stop)
             if on_turn:
                 on_turn(turn)
     finally:

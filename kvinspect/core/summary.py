@@ -15,6 +15,11 @@ EXTRA_LAYER_FIELDS = ("attention", "config_attention", "storage", "cls", "home_d
 
 
 def build_summary(record: TraceRecord, redact: bool = False) -> dict:
+    """The summary dict; ``redact`` replaces the conversation by token counts everywhere in it."""
+    if redact and not record.header.get("redacted"):
+        from .redact import redact_record
+
+        record = redact_record(record)
     h = record.header
     model = h.get("model") or {}
     turns = []
@@ -40,12 +45,12 @@ def build_summary(record: TraceRecord, redact: bool = False) -> dict:
             "ttft_s": _r(t.ttft_s),
             "total_s": _r(t.total_s),
             "tokens_per_s": _r(t.tokens_per_s, 2),
-            "reply": f"<{t.new_tokens} tokens>" if redact else t.reply,
+            "reply": t.reply,
             "cache_id": t.cache_id,
             "layers": layers,
             "events": evs,
             # additions beyond the original contract
-            "user": f"<{t.prompt_tokens} prompt tokens>" if redact else t.user,
+            "user": t.user,
             "status": t.status,
             "error": t.error,
             "policy": t.policy,
@@ -79,6 +84,7 @@ def build_summary(record: TraceRecord, redact: bool = False) -> dict:
         "command": h.get("command"),
         "problems": sorted({e.kind for e in record.events if e.is_problem}),
         "trace_notes": list(record.notes),
+        "redacted": bool(h.get("redacted")),
     }
 
 

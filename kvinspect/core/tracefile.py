@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import IO
@@ -27,7 +28,9 @@ TRACE_NAME = "trace.jsonl"
 
 _DTYPES = {**STEP_SCALARS, **STEP_LAYER}
 #: Series stored as deltas between consecutive steps (monotone-ish, so they compress to nothing).
-_DELTA = {"t", "seen", "stored", "nbytes", "rss", "accel_allocated", "accel_reserved", "turn", "cache_id"}
+#: Integers only: a float delta does not always sum back to the same bits, and a trace must
+#: read back exactly what was recorded (``t`` costs ~6 bytes a step raw, well within budget).
+_DELTA = {"seen", "stored", "nbytes", "rss", "accel_allocated", "accel_reserved", "turn", "cache_id"}
 
 
 def encode_array(a: np.ndarray, delta: bool) -> dict:
@@ -155,6 +158,8 @@ class TraceReader:
 
     def __init__(self, path: str | os.PathLike):
         self.path = trace_path(path)
+        if Path(path).is_dir() and not self.path.exists():
+            raise TraceError(_no_trace_in_folder(Path(path)))
         if not self.path.exists():
             raise TraceError(f"no trace at {path} (expected a {TRACE_NAME} file or a folder holding one)")
         if self.path.is_dir():
@@ -168,20 +173,61 @@ class TraceReader:
         self.problems: list[str] = []
 
     def read(self) -> TraceRecord:
+        """Read the whole file as final: a partial last line, open turns and gaps become notes."""
         self.poll()
+        tail, self._pending = self._pending, b""
+        if tail.strip():
+            self._lineno += 1
+            if _is_json_object(tail):
+                self._line(tail)  # complete but for its newline (a hand-edited file)
+            elif self.record is None:
+                raise TraceError(f"{self.path.name} ends inside its header line: the file was cut before any "
+                                 f"data was written, nothing to open")
+            else:
+                self.problems.append(f"line {self._lineno} is cut short: the file ends mid-write")
         if self.record is None:
             raise TraceError(f"{self.path.name}: empty file, not a kvinspect trace")
-        if self._pending.strip():
-            self.problems.append(
-                f"line {self._lineno + 1} is cut short (the file ended mid-write: the turn in progress is incomplete)"
-            )
-            self._pending = b""
+        self._close_open_turns()
+        if not self.ended:
+            self.problems.append("no end line: the session did not close cleanly (killed, crashed or still "
+                                 "running); every turn with a closing line is complete")
         self._finish()
         return self.record
+
+    def _close_open_turns(self) -> None:
+        """Turns whose closing ``turn`` line never came: the last one was interrupted, earlier ones lost it."""
+        rec = self.record
+        for i, turn in enumerate(rec.turns):
+            if turn.status != "running":
+                continue
+            last = i == len(rec.turns) - 1
+            end = rec.n_steps if last else max(rec.turns[i + 1].first_step, turn.first_step)
+            forwards = max(end - turn.first_step, 0)
+            turn.end_step = end
+            if forwards:
+                turn.prefill_tokens = int(rec.q_len[turn.first_step])
+                turn.new_tokens = forwards  # one token per forward pass; a lower bound if steps were lost
+            if last:
+                turn.status = "interrupted"
+                turn.error = "interrupted: the file ends inside this turn"
+                self.problems.append(
+                    f"turn {turn.index + 1} was interrupted (the file ends inside it): {forwards} of its forward "
+                    f"passes are kept; its reply, events, checklist and end-of-turn cache snapshot were never written"
+                )
+            else:
+                turn.status = "incomplete"
+                turn.error = "incomplete: its closing line is missing or damaged"
+                self.problems.append(
+                    f"turn {turn.index + 1} is incomplete (its closing line is missing or damaged): {forwards} "
+                    f"forward passes are kept; its reply, checklist and end-of-turn snapshot are lost"
+                )
 
     def poll(self) -> bool:
         """Read newly appended complete lines; True when something changed."""
         with self.path.open("rb") as f:
+            if self._pos == 0:
+                self._sniff(f.read(64))
+                f.seek(0)
             f.seek(self._pos)
             data = f.read()
         if not data:
@@ -200,15 +246,26 @@ class TraceReader:
             self._finish()
         return changed
 
+    def _sniff(self, head: bytes) -> None:
+        """Refuse a file that cannot be a trace before reading all of it (a model file, an image)."""
+        head = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+        if head and not head.startswith(b"{"):
+            raise TraceError(f"{self.path.name} is not a kvinspect trace (it does not start with a JSON header line)")
+
     def _line(self, raw: bytes) -> bool:
         try:
             obj = json.loads(raw)
             if not isinstance(obj, dict):
                 raise ValueError("not an object")
         except (ValueError, UnicodeDecodeError):
-            if self.record is None and self._lineno == 1:
-                raise TraceError(f"{self.path.name} is not a kvinspect trace (first line is not a JSON header)") from None
+            if self.record is None:
+                hint = "; pass trace.jsonl, not summary.json" if self.path.name == "summary.json" else ""
+                raise TraceError(f"{self.path.name} is not a kvinspect trace (line {self._lineno} is not a JSON "
+                                 f"header){hint}") from None
             self.bad_lines.append(self._lineno)
+            m = re.match(rb'\{"type":"(\w+)"', raw)
+            what = f" ({m.group(1).decode()})" if m else ""
+            self.problems.append(f"line {self._lineno}{what} is damaged: not valid JSON, skipped")
             return False
         kind = obj.get("type")
         if self.record is None:
@@ -235,9 +292,15 @@ class TraceReader:
                     self.problems.append(f"line {self._lineno}: steps {rec.n_steps}–{first - 1} are missing")
                     if first < rec.n_steps:
                         return False
-                    # pad the gap so step numbers stay true
+                    # Pad the gap so step numbers stay true; -1 lengths and NaN times mean "not recorded".
                     gap = first - rec.n_steps
-                    rec.append_columns({"turn": np.full(gap, rec.turn[-1] if rec.n_steps else 0, np.int32)})
+                    L = rec.n_layers
+                    rec.append_columns({
+                        "turn": np.full(gap, rec.turn[-1] if rec.n_steps else 0, np.int32),
+                        "t": np.full(gap, np.nan),
+                        "seen": np.full((gap, L), -1, np.int32),
+                        "stored": np.full((gap, L), -1, np.int32),
+                    })
                 cols = {name: decode_array(spec) for name, spec in obj["cols"].items() if name in _DTYPES}
                 n = int(obj["n"])
                 if any(len(v) != n for v in cols.values()):
@@ -247,6 +310,7 @@ class TraceReader:
                 rec.set_devices([str(d) for d in obj["devices"]])
             elif kind == "turn_start":
                 idx = int(obj["index"])
+                self._fill_lost_turns(idx)
                 if idx >= len(rec.turns):
                     rec.add_turn(TurnRecord(index=idx, user=obj.get("user", ""), policy=obj.get("policy", ""),
                                             cache_impl=obj.get("cache_impl", ""), status="running",
@@ -254,7 +318,9 @@ class TraceReader:
                                             settings=obj.get("settings") or {}))
             elif kind == "turn":
                 data = {k: v for k, v in obj.items() if k != "type"}
-                rec.add_turn(TurnRecord.from_dict(data))
+                turn = TurnRecord.from_dict(data)
+                self._fill_lost_turns(turn.index)
+                rec.add_turn(turn)
             elif kind == "event":
                 rec.add_event(Event.from_dict({k: v for k, v in obj.items() if k != "type"}))
             elif kind == "note":
@@ -269,12 +335,36 @@ class TraceReader:
             return False
         return True
 
+    def _fill_lost_turns(self, idx: int) -> None:
+        """Both lines of a turn were damaged: keep turn numbers true with a placeholder."""
+        rec = self.record
+        while len(rec.turns) < idx:
+            k = len(rec.turns)
+            rec.add_turn(TurnRecord(index=k, status="incomplete", error="lost: both of its lines are damaged",
+                                    first_step=rec.n_steps))
+            self.problems.append(f"turn {k + 1} is lost: both its start and closing lines are damaged")
+
     def _finish(self) -> None:
         rec = self.record
         notes = list(self.problems)
         if self.bad_lines:
             notes.append(f"{len(self.bad_lines)} damaged line(s) skipped: {', '.join(map(str, self.bad_lines[:10]))}")
         rec.notes = notes
+
+
+def _is_json_object(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def _no_trace_in_folder(folder: Path) -> str:
+    others = sorted(p.name for p in folder.glob("*.jsonl"))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        return f"{folder} has no {TRACE_NAME}; it holds {shown}: pass one of those files"
+    return f"{folder} has no {TRACE_NAME} (pass a trace file, or the folder `kvinspect run --out` wrote)"
 
 
 def read_trace(path: str | os.PathLike) -> TraceRecord:

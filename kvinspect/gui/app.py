@@ -1,33 +1,118 @@
-"""Bootstrap: make the QApplication, build the main window, run it."""
+"""Bootstrap: make the QApplication, build the main window, run it.
+
+Only Qt, pyqtgraph and the light parts of the core are imported here; torch and
+transformers are imported by the worker thread when the first model loads, so the window
+is on screen in well under two seconds (``benchmarks/startup.py``).
+
+``KVINSPECT_QUIT_AFTER=MS`` prints ``kvinspect: window shown`` once the window is on screen
+and quits MS milliseconds later (startup benchmark, bundle smoke tests).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 # PySide6 before pyqtgraph, so pyqtgraph binds to it rather than to a PyQt that may be installed.
-from PySide6 import QtCore, QtGui, QtWidgets  # noqa: I001
+from PySide6 import QtCore, QtWidgets  # noqa: I001
 
 from .. import __version__
+from . import gc_policy
 from .resources import app_icon
 
 
-def create(exec_app: bool = False, **window_kwargs):
+def create(exec_app: bool = False, settings=None, session_options=None, persist: bool | None = None,
+           autosave: bool = True, **window_kwargs):
+    """Make (or reuse) the QApplication and a shown :class:`MainWindow`. Returns ``(app, window)``.
+
+    Tests call this with ``exec_app=False``; settings are written only when ``persist`` (by
+    default: not under pytest).
+    """
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    # The worker thread runs Python-heavy generate() loops: hand the GIL back to the GUI thread
+    # sooner than the default 5 ms, so a paint or a key press never waits behind a decode step.
+    sys.setswitchinterval(0.002)
     app.setApplicationName("kvinspect")
     app.setOrganizationName("kvinspect")
     app.setApplicationVersion(__version__)
+    app.setDesktopFileName("kvinspect")
     app.setWindowIcon(app_icon())
     from .main_window import MainWindow
 
-    win = MainWindow(**window_kwargs)
+    if persist is None:
+        persist = "pytest" not in sys.modules
+    win = MainWindow(settings=settings, session_options=session_options, persist=persist, autosave=autosave,
+                     **window_kwargs)
     win.show()
+    gc_policy.settle()  # Qt, pyqtgraph and the window are long-lived: keep them out of every later pass
+    # app.exit()/quit() skip closeEvent: stop the worker thread and save settings on the way out too.
+    app.aboutToQuit.connect(win.shutdown)
+    _maybe_quit_after(app, win)
     if exec_app:
         app.exec()
     return app, win
 
 
-def run_from_args(args) -> int:
-    app, win = create(exec_app=False, args=args)
+def _maybe_quit_after(app, win) -> None:
+    ms = os.environ.get("KVINSPECT_QUIT_AFTER")
+    if not ms:
+        return
+
+    def shown():
+        print("kvinspect: window shown", flush=True)
+        QtCore.QTimer.singleShot(int(ms), app.quit)
+
+    QtCore.QTimer.singleShot(0, shown)  # runs once the event loop has shown and painted the window
+
+
+def run_from_args(args, argv: list[str] | None = None) -> int:
+    """``kvinspect gui`` / bare ``kvinspect``. User mistakes in flags or files raise KvInspectError first."""
+    from ..commands.common import apply_script_overrides, session_options
+    from ..core.script import GenerationSettings, load_script
+    from ..core.session import check_cache_impl, check_policy
+
+    argv = list(argv or [])
+    options = session_options(args)  # bad template path, bad --generation-config: one line, exit 2
+    script = apply_script_overrides(load_script(args.script), args) if args.script else None
+    if (args.screenshot or args.exit_when_done) and not args.model:
+        from ..core.errors import ScriptError
+
+        raise ScriptError("--screenshot and --exit-when-done need --model (and usually --script)")
+
+    from ..core.settings import load_settings
+    from .reporting import configure_logging, install_excepthook
+
+    settings = load_settings()
+    explicit = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    if "--policy" in explicit:
+        settings.policy = check_policy(args.policy)
+    if "--cache" in explicit:
+        settings.cache_impl = check_cache_impl(args.cache)
+    scripted = bool(args.script or args.screenshot or args.exit_when_done)
+    app, win = create(exec_app=False, settings=settings, session_options=options,
+                      persist=not scripted and "pytest" not in sys.modules)
+    configure_logging()
+    install_excepthook(win.errors)
+    gen: GenerationSettings | None = script.settings if script else None
+    if gen is None and (args.max_new_tokens is not None or args.seed is not None):
+        gen = win.chat.settings()
+        if args.max_new_tokens is not None:
+            gen.max_new_tokens = args.max_new_tokens
+        if args.seed is not None:
+            gen.seed = args.seed
+    if gen is not None:
+        win.chat.apply_settings(gen)
+    system = script.system if script and script.system is not None else args.system
+    if system is not None:
+        win.chat.system.setPlainText(system)
+    if scripted:
+        from .scripted import ScriptDriver
+
+        win.driver = ScriptDriver(win, script.turns if script else [], args.screenshot, args.exit_when_done)
+    if args.model:
+        win.load(args.model, args.device, args.dtype, args.trust_remote_code)
+    else:
+        QtCore.QTimer.singleShot(0, win.open_picker)  # no model given: start in the picker
     return app.exec()
 
 
@@ -35,3 +120,4 @@ def main() -> int:
     from ..cli import main as cli_main
 
     return cli_main(["gui", *sys.argv[1:]])
+

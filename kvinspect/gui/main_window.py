@@ -1,15 +1,442 @@
-"""The main window (foundation stub; the inspector panels come with the window issue)."""
+"""The inspector window: chat on the left, live plots in the middle, events/checklist/layers below.
+
+Every panel renders from ``(record, step)``: the live session's record with ``step=None``
+today; a trace loaded from a file with a replay step tomorrow (viewer mode needs only a
+different source of ``self.record`` and a slider that sets ``self.step``). The 30 Hz paint
+timer is the only thing that redraws; the worker only appends to the record.
+"""
 
 from __future__ import annotations
 
-from PySide6 import QtCore, QtWidgets
+import base64
+import logging
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from ..core.settings import Settings, load_settings, save_settings
+from . import dialogs, gc_policy
+from . import theme as th
+from .chat import ChatPanel
+from .events_panel import ChecklistPanel, EventsPanel
+from .layer_table import LayerTable
+from .menus import build_menus
+from .model_picker import ModelPicker, dropped_path
+from .plots import PlotsWidget
+from .reporting import ErrorReporter
+from .worker import LoadRequest, ModelInfo, SessionController, TurnRequest
+
+log = logging.getLogger(__name__)
+
+PAINT_MS = 33  # ~30 Hz, whatever the token rate
+TABLE_EVERY = 3  # the layer table refreshes every 3rd tick (~10 Hz)
 
 
 class MainWindow(QtWidgets.QMainWindow):
-    def __init__(self, args=None, parent=None):
+    """Build with ``MainWindow(settings=..., session_options=...)``; ``load(spec)`` to start."""
+
+    renderedTick = QtCore.Signal()
+
+    def __init__(self, settings: Settings | None = None, session_options=None, autosave: bool = True,
+                 persist: bool = True, parent=None, **_ignored):
         super().__init__(parent)
+        self.setObjectName("kvinspect-main")
+        self.settings = settings or load_settings()
+        self.persist = persist  # False: never write the settings file (tests, screenshots)
+        self.record = None
+        self.step: int | None = None  # None: live (the latest step)
+        self.info: ModelInfo | None = None
+        self._ticks = 0
+        self._closed = False
+        self._pending_turn: TurnRequest | None = None
+        self._last_request: LoadRequest | None = None
+        self.errors = ErrorReporter(self)
+        gc_policy.acquire(QtWidgets.QApplication.instance())  # released in shutdown()
+        self.controller = SessionController(session_options, autosave)
+        self.picker: ModelPicker | None = None
         self.setWindowTitle("kvinspect")
-        self.resize(1200, 760)
-        label = QtWidgets.QLabel("kvinspect: load a model to inspect its KV cache")
-        label.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
-        self.setCentralWidget(label)
+        self.setAcceptDrops(True)
+        self.setDockOptions(QtWidgets.QMainWindow.DockOption.AnimatedDocks
+                            | QtWidgets.QMainWindow.DockOption.AllowTabbedDocks)
+        self._build()
+        self._connect()
+        self._restore()
+        self.timer = QtCore.QTimer(self)
+        self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
+        self.timer.setInterval(PAINT_MS)
+        self.timer.timeout.connect(self._tick)
+        self.timer.start()
+
+    # -- layout ---------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.plots = PlotsWidget()
+        self.setCentralWidget(self.plots)
+        self.chat = ChatPanel()
+        self.events = EventsPanel()
+        self.checklist = ChecklistPanel()
+        self.layers = LayerTable()
+        self.chat_dock = self._dock("Chat", "chat", self.chat, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.events_dock = self._dock("Events", "events", self.events, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.check_dock = self._dock("Checklist", "checklist", self.checklist,
+                                     QtCore.Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.layers_dock = self._dock("Layers", "layers", self.layers, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.splitDockWidget(self.events_dock, self.check_dock, QtCore.Qt.Orientation.Horizontal)
+        self.tabifyDockWidget(self.check_dock, self.layers_dock)
+        self.check_dock.raise_()
+        self.resizeDocks([self.chat_dock], [400], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.events_dock, self.check_dock], [600, 400], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.events_dock], [250], QtCore.Qt.Orientation.Vertical)
+
+        # toolbar: the model and how to change it
+        tb = self.addToolBar("Model")
+        tb.setObjectName("model-toolbar")
+        tb.setMovable(False)
+        self.load_action = QtGui.QAction("Load model…", self)
+        self.load_action.setShortcut(QtGui.QKeySequence("Ctrl+L"))
+        self.load_action.setToolTip("Pick a built-in, SmolLM2, a hub id, a folder or a .gguf file (Ctrl+L)")
+        self.load_action.triggered.connect(lambda: self.open_picker())
+        tb.addAction(self.load_action)
+        self.model_label = QtWidgets.QLabel("no model loaded")
+        self.model_label.setTextFormat(QtCore.Qt.TextFormat.RichText)
+        self.model_label.setContentsMargins(8, 0, 8, 0)
+        tb.addWidget(self.model_label)
+
+        # status bar: progress + Cancel while loading/fetching; steps; trace file
+        sb = self.statusBar()
+        self.progress = QtWidgets.QProgressBar()
+        self.progress.setFixedWidth(180)
+        self.progress.setVisible(False)
+        self.cancel_button = QtWidgets.QPushButton("Cancel")
+        self.cancel_button.setVisible(False)
+        self.cancel_button.clicked.connect(self.cancel_load)
+        self.steps_label = QtWidgets.QLabel()
+        self.trace_label = QtWidgets.QLabel()
+        self.trace_label.setMaximumWidth(360)
+        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.cancel_button)
+        sb.addPermanentWidget(self.steps_label)
+        sb.addPermanentWidget(self.trace_label)
+        build_menus(self)
+
+    def _dock(self, title: str, name: str, widget, area) -> QtWidgets.QDockWidget:
+        d = QtWidgets.QDockWidget(title, self)
+        d.setObjectName(f"dock-{name}")
+        d.setWidget(widget)
+        d.setFeatures(QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetMovable
+                      | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetFloatable
+                      | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        self.addDockWidget(area, d)
+        return d
+
+    def _connect(self) -> None:
+        c = self.controller
+        c.progressed.connect(self._on_progress)
+        c.modelLoaded.connect(self._on_loaded)
+        c.fetched.connect(self._on_fetched)
+        c.turnStarted.connect(self._on_turn_started)
+        c.turnFinished.connect(self._on_turn_finished)
+        c.failed.connect(self._on_failed)
+        c.cancelled.connect(self._on_cancelled)
+        c.busyChanged.connect(self._update_state)
+        self.chat.sendRequested.connect(self.send)
+        self.chat.stopRequested.connect(self.stop)
+        self.chat.newChatRequested.connect(self.new_chat)
+        self.chat.turnClicked.connect(self.show_turn)
+        self.events.eventSelected.connect(self.show_event)
+        self.plots.eventClicked.connect(self.events.select)
+        self.layers.layersSelected.connect(lambda rows: rows and self.plots.set_picked(rows))
+        self.plots.view.painted.connect(self.controller.release_paint)
+        self.plots.loadRequested.connect(lambda: self.open_picker())
+
+    # -- settings -------------------------------------------------------------------------
+    def _restore(self) -> None:
+        s = self.settings
+        g = s.window
+        self.resize(g.width, g.height)
+        if g.x is not None and g.y is not None:
+            self.move(g.x, g.y)
+        if g.state:
+            try:
+                self.restoreState(QtCore.QByteArray(base64.b64decode(g.state)))
+            except (ValueError, TypeError):
+                log.warning("settings: ignoring an unreadable window layout")
+        if g.maximized:
+            self.setWindowState(self.windowState() | QtCore.Qt.WindowState.WindowMaximized)
+        self.chat.set_choice(self.chat.policy, s.policy)
+        self.chat.set_choice(self.chat.cache_impl, s.cache_impl)
+        self.chat.system.setPlainText(s.system_prompt)
+        from ..core.script import GenerationSettings
+
+        self.chat.apply_settings(GenerationSettings(max_new_tokens=s.max_new_tokens, do_sample=s.do_sample,
+                                                    temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                                                    seed=s.seed))
+        self.set_theme(s.theme, save=False)
+
+    def save_settings(self) -> None:
+        s = self.settings
+        g = s.window
+        geo = self.normalGeometry() if self.isMaximized() else self.geometry()
+        g.x, g.y, g.width, g.height = geo.x(), geo.y(), geo.width(), geo.height()
+        g.maximized = self.isMaximized()
+        g.state = base64.b64encode(bytes(self.saveState())).decode("ascii")
+        gs = self.chat.settings()
+        s.policy, s.cache_impl = self.chat.policy.currentText(), self.chat.cache_impl.currentText()
+        s.system_prompt = self.chat.system.toPlainText()
+        s.max_new_tokens, s.do_sample, s.temperature = gs.max_new_tokens, gs.do_sample, gs.temperature
+        s.top_p, s.seed = gs.top_p, gs.seed or 0
+        s.picked_layers = list(self.plots.picked)
+        if self.persist:
+            save_settings(s)
+
+    # -- actions --------------------------------------------------------------------------
+    def open_picker(self, preset: str | None = None) -> ModelPicker:
+        if self.picker is None:
+            self.picker = ModelPicker(self)
+            self.picker.loadRequested.connect(self.load_request)
+            self.picker.fetchRequested.connect(self.fetch)
+        s = self.settings
+        self.picker.preset(preset or s.model or "tiny-gemma3", s.device, s.dtype)
+        self.picker.show()
+        self.picker.raise_()
+        return self.picker
+
+    def load(self, spec: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False) -> bool:
+        return self.load_request(LoadRequest(spec, device, dtype, trust_remote_code))
+
+    def load_request(self, req: LoadRequest) -> bool:
+        if not self.controller.load(req):
+            self.errors.report("kvinspect", "busy: wait for the current generation or load to finish (or stop it)")
+            return False
+        self._last_request = req
+        self.statusBar().showMessage(f"loading {req.spec}…")
+        self._show_progress(True)
+        return True
+
+    def fetch(self, name: str) -> None:
+        if self.controller.fetch(name):
+            self._show_progress(True)
+
+    def cancel_load(self) -> None:
+        self.controller.cancel()
+        self.statusBar().showMessage("cancelling… (at the next loading stage)")
+
+    def send(self, req: TurnRequest) -> bool:
+        if self.info is None:
+            self.errors.report("kvinspect", "load a model first (File → Load model…, Ctrl+L)")
+            return False
+        index = len(self.record.turns) if self.record is not None else 0
+        if not self.controller.send(req):
+            return False
+        self._pending_turn = req
+        # The user's message goes in now, on this thread: the first tokens may be drained
+        # before the worker's turnStarted arrives, and must land under it.
+        self.chat.begin_turn(index, req.text, req.policy, req.cache_impl)
+        self.chat.input.clear()
+        return True
+
+    def stop(self) -> None:
+        if self.controller.busy == "turn":
+            self.controller.stop()
+            self.statusBar().showMessage("stopping after the current token…")
+
+    def new_chat(self) -> None:
+        if self.info is not None and self.controller.new_chat():
+            self.chat.add_note("— new chat: conversation and cache cleared (the record keeps every turn) —")
+
+    def show_turn(self, index: int) -> None:
+        """Point at a turn: cursor at its first step, its checklist shown."""
+        if self.record is None or not 0 <= index < len(self.record.turns):
+            return
+        self.plots.show_step(self.record.turns[index].first_step)
+        self.checklist.show_turn(index)
+        self.check_dock.raise_()
+
+    def show_event(self, idx: int) -> None:
+        if self.record is None or not 0 <= idx < len(self.record.events):
+            return
+        e = self.record.events[idx]
+        self.plots.show_step(e.step, e.layers)
+        self.checklist.show_turn(e.turn if e.turn < len(self.record.turns) - 1 else None)
+
+    def set_theme(self, name: str, save: bool = True) -> None:
+        t = th.get(name)
+        app = QtWidgets.QApplication.instance()
+        th.apply_palette(app, t)
+        self.plots.apply_theme(t)
+        self.chat.apply_theme(t)
+        self.theme_actions[t.name].setChecked(True)
+        self.settings.theme = t.name
+        self.refresh(force=True)
+
+    def save_screenshot(self, path: str) -> bool:
+        """Render everything now and save the window as PNG (exactly what is on screen)."""
+        self.refresh(force=True)
+        QtWidgets.QApplication.processEvents()
+        self.refresh(force=True)
+        ok = self.grab().save(str(path))
+        if not ok:
+            self.errors.report("kvinspect", f"could not write the screenshot {path}")
+        return ok
+
+    def save_screenshot_dialog(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Save window screenshot", "kvinspect.png",
+                                                        "PNG images (*.png)")
+        if path:
+            if self.save_screenshot(path):
+                self.statusBar().showMessage(f"saved {path}", 5000)
+
+    def show_about(self) -> None:
+        dialogs.show_about(self, self.info.trace_path if self.info else None)
+
+    def show_policies(self) -> None:
+        dialogs.show_policies(self)
+
+    # -- worker results -------------------------------------------------------------------
+    def _on_progress(self, task: str, stage: str, frac: float) -> None:
+        if task == "fetch" and self.picker is not None:
+            self.picker.set_fetch_progress(stage, frac)
+        self.statusBar().showMessage(f"{task}: {stage}…")
+        if frac < 0:
+            self.progress.setRange(0, 0)
+        else:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(frac * 1000))
+
+    def _on_loaded(self, info: ModelInfo) -> None:
+        self._show_progress(False)
+        self.info = info
+        gc_policy.settle()  # the old model's cycles go now, the new one is frozen out of later GC passes
+        self.set_record(info.record)
+        self.chat.transcript.clear()
+        self.chat.add_note(f"{info.name} loaded in {info.load_seconds:.1f} s on {info.device} ({info.dtype})."
+                           + (" " + " ".join(info.notes) if info.notes else ""))
+        self.model_label.setText(dialogs.model_summary(info))
+        self.setWindowTitle(f"kvinspect — {info.name}")
+        self.trace_label.setText(f"trace: {dialogs.elide(info.trace_path)}" if info.trace_path else "")
+        self.trace_label.setToolTip(info.trace_path or "")
+        self.statusBar().showMessage(f"{info.name} ready", 5000)
+        if self.settings.picked_layers and info.spec == self.settings.model:
+            self.plots.set_picked(self.settings.picked_layers)  # the same model as last time: same curves
+        if self._last_request is not None:
+            self.settings.remember_model(self._last_request.spec)
+            self.settings.device, self.settings.dtype = self._last_request.device, self._last_request.dtype
+        self._update_state()
+
+    def _on_fetched(self, path: str) -> None:
+        self._show_progress(False)
+        if self.picker is not None:
+            self.picker.fetch_done(True)
+        self.statusBar().showMessage(f"SmolLM2 fetched: {path}", 8000)
+
+    def _on_turn_started(self, index: int) -> None:
+        self._update_state()
+
+    def _on_turn_finished(self, turn) -> None:
+        self.chat.append_tokens(self.controller.drain_tokens())
+        events = self.record.events_for_turn(turn.index) if self.record is not None else []
+        self.chat.end_turn(turn, events)
+        self._pending_turn = None
+        self.checklist.show_turn(None)
+        self.refresh(force=True)
+        self.statusBar().showMessage(f"turn {turn.index + 1}: {turn.status}", 5000)
+
+    def _on_failed(self, task: str, message: str) -> None:
+        self._show_progress(False)
+        if task == "fetch" and self.picker is not None:
+            self.picker.fetch_done(False, message)
+        if task == "turn":
+            self.chat.append_tokens(self.controller.drain_tokens())
+            self.chat.add_note(f"not sent: {message}", th.STATUS_COLORS["fail"])
+            self._pending_turn = None
+        titles = {"load": "Could not load the model", "fetch": "Could not fetch", "turn": "Could not run the turn"}
+        self.statusBar().showMessage(f"{task} failed", 8000)
+        self.errors.report(titles.get(task, "kvinspect"), message)
+
+    def _on_cancelled(self, task: str) -> None:
+        self._show_progress(False)
+        if task == "fetch" and self.picker is not None:
+            self.picker.fetch_done(False, "fetch cancelled")
+        self.statusBar().showMessage(f"{task} cancelled", 5000)
+
+    def _show_progress(self, on: bool) -> None:
+        self.progress.setVisible(on)
+        self.cancel_button.setVisible(on)
+        if on:
+            self.progress.setRange(0, 0)
+
+    def _update_state(self, *args) -> None:
+        busy = self.controller.busy
+        self.chat.set_state(loaded=self.info is not None, busy=bool(busy), generating=busy == "turn")
+        self.plots.growing = busy == "turn"
+        self.load_action.setEnabled(not busy)
+        self.stop_action.setEnabled(busy == "turn")
+        self.new_chat_action.setEnabled(self.info is not None and not busy)
+
+    # -- rendering ------------------------------------------------------------------------
+    def set_record(self, record, step: int | None = None) -> None:
+        """Show ``record`` (live: step None). Every panel renders from these two values."""
+        self.record, self.step = record, step
+        self.refresh(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        r, s = self.record, self.step
+        self.plots.render(r, s, force=force)
+        self.events.render(r, s)
+        self.checklist.render(r, s)
+        self.layers.render(r, s)
+        self.events_dock.setWindowTitle(f"Events ({self.events.count()})" if r is not None else "Events")
+        if r is not None:
+            self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
+
+    def _tick(self) -> None:
+        self._ticks += 1
+        c = self.controller
+        c.release_paint()  # never hold the worker longer than one tick, painted or not
+        text = c.drain_tokens()
+        if text:
+            self.chat.append_tokens(text)
+        r = self.record
+        if r is None:
+            return
+        if self.plots.render(r, self.step) and self.plots.view.isVisible() and not self.isMinimized():
+            c.hold_for_paint()  # released when the plot view has painted (PlotView.painted)
+        if self._ticks % TABLE_EVERY == 0:
+            self.events.render(r, self.step)
+            self.checklist.render(r, self.step)
+            self.layers.render(r, self.step)
+            self.events_dock.setWindowTitle(f"Events ({self.events.count()})")
+            self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
+        self.renderedTick.emit()
+
+    # -- Qt events ------------------------------------------------------------------------
+    def dragEnterEvent(self, e: QtGui.QDragEnterEvent) -> None:
+        if dropped_path(e.mimeData()):
+            e.acceptProposedAction()
+
+    def dropEvent(self, e: QtGui.QDropEvent) -> None:
+        path = dropped_path(e.mimeData())
+        if path:
+            self.open_picker(path)
+            e.acceptProposedAction()
+
+    def closeEvent(self, e: QtGui.QCloseEvent) -> None:
+        self.shutdown()
+        super().closeEvent(e)
+
+    def shutdown(self) -> None:
+        """Save settings, stop the worker (joins its thread). Idempotent; also runs on aboutToQuit."""
+        if self._closed:
+            return
+        self._closed = True
+        self.timer.stop()
+        try:
+            self.save_settings()
+        except Exception:  # noqa: BLE001 - closing must never fail over settings
+            log.exception("saving settings failed")
+        self.errors.close_all()
+        if self.picker is not None:
+            self.picker.close()
+        self.hide()
+        self.controller.shutdown()
+        gc_policy.release()
+

@@ -4,9 +4,52 @@ import os
 
 import pytest
 
+LOAD_TIMEOUT_MS = 120_000
+TURN_TIMEOUT_MS = 120_000
+
 
 @pytest.fixture(autouse=True)
 def _expect_platform(qapp):
     want = os.environ.get("KVINSPECT_EXPECT_PLATFORM")
     if want:
         assert qapp.platformName() == want, f"Qt platform is {qapp.platformName()}, expected {want}"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    """A real main window with default settings that never writes the settings file.
+
+    Closing it (qtbot does, at teardown) stops and joins the worker thread.
+    """
+    from kvinspect.core.settings import Settings
+    from kvinspect.gui.app import create
+
+    settings = Settings()
+    settings.window.width, settings.window.height = 1280, 800
+    _, win = create(settings=settings, persist=False)
+    qtbot.addWidget(win)
+    qtbot.waitExposed(win)
+    yield win
+    win.errors.close_all()
+
+
+def load(qtbot, win, spec: str, **kw):
+    """Load ``spec`` through the window (the real worker path) and return the ModelInfo."""
+    with qtbot.waitSignal(win.controller.modelLoaded, timeout=LOAD_TIMEOUT_MS) as blocker:
+        assert win.load(spec, device="cpu", **kw)
+    return blocker.args[0]
+
+
+def send(qtbot, win, text: str, max_new_tokens: int | None = None, policy: str | None = None, timeout=TURN_TIMEOUT_MS):
+    """Type ``text`` into the input box and press Enter, as a user would; return the TurnRecord."""
+    from PySide6 import QtCore
+
+    chat = win.chat
+    if max_new_tokens is not None:
+        chat.max_new.setValue(max_new_tokens)
+    if policy is not None:
+        chat.set_choice(chat.policy, policy)
+    chat.input.setPlainText(text)
+    with qtbot.waitSignal(win.controller.turnFinished, timeout=timeout) as blocker:
+        qtbot.keyClick(chat.input, QtCore.Qt.Key.Key_Return)
+    return blocker.args[0]

@@ -1,0 +1,114 @@
+"""Compare cache configurations on SmolLM2-135M-Instruct: the figures behind docs/compare.md.
+
+Runs ``run_compare`` (the code behind ``kvinspect compare``) once in this process: one model
+load, the configurations interleaved between repeats (order rotated each repeat), medians
+with their [min–max] spread, and ratios against the first configuration (dynamic by default)
+measured in the same process. Prints the tables; the full report (compare.md, compare.json,
+plots, every run's trace) goes to --out.
+
+    .venv/bin/python benchmarks/compare_smollm2.py                       # dynamic,static,nocache ×3
+    .venv/bin/python benchmarks/compare_smollm2.py --configs dynamic,static,static+compile --repeat 5
+    .venv/bin/python benchmarks/compare_smollm2.py --prompt-lengths 32,256,1024 --repeat 3
+
+Timings are the machine's, not assertions: run it when the machine is quiet and read the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--configs", default="dynamic,static,nocache")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--script", default=str(ROOT / "resources" / "scripts" / "capital.json"))
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--max-cache-len", type=int, default=None)
+    ap.add_argument("--prompt-lengths", default=None, help="run the length sweep instead of the conversation")
+    ap.add_argument("--out", default=None, help="report folder (default: a temporary folder)")
+    ap.add_argument("--plots", action="store_true", help="render the plot images too")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from kvinspect.commands.compare import parse_lengths, summary_text
+    from kvinspect.core.compare import ComparePlan, run_compare
+    from kvinspect.core.compare_configs import parse_configs
+    from kvinspect.core.compare_markdown import fmt_s
+    from kvinspect.core.compare_report import build_report, write_report
+    from kvinspect.core.env import versions
+    from kvinspect.core.loading import load_model
+    from kvinspect.core.script import load_script
+
+    script = load_script(args.script)
+    lengths = parse_lengths(args.prompt_lengths)
+    plan = ComparePlan(configs=parse_configs(args.configs), script=script, repeat=args.repeat, warmup=args.warmup,
+                       conversation=not lengths, prompt_lengths=lengths, max_cache_len=args.max_cache_len,
+                       max_new_tokens=args.max_new_tokens, script_name=Path(args.script).name,
+                       command=["python", "benchmarks/compare_smollm2.py", *(argv or sys.argv[1:])]).validate()
+    out = Path(args.out or tempfile.mkdtemp(prefix="kvinspect-compare-bench-"))
+    t0 = time.perf_counter()
+    lm = load_model(args.model, device=args.device)
+    v = versions()
+    print(f"model {lm.name} ({type(lm.model).__name__}, {lm.dtype}) on {lm.device}, loaded in {lm.load_seconds:.1f} s; "
+          f"transformers {v.get('transformers')}, torch {v.get('torch')}, {torch.get_num_threads()} threads, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    print(f"script {Path(args.script).name}: {len(script.turns)} turns, max_new_tokens {plan.settings.max_new_tokens}, "
+          f"greedy; configurations {args.configs}; {args.repeat} interleaved repeats\n", flush=True)
+
+    def progress(done: int, total: int, message: str) -> None:
+        print(f"  [{done}/{total}] {message}", file=sys.stderr, flush=True)
+
+    result = run_compare(lm, plan, out, progress=progress)
+    files = write_report(result, out, plots=args.plots)
+    data = build_report(result)
+    print(summary_text(result))
+    if plan.conversation:
+        print("\nper turn (median [min–max] over repeats):")
+        for c in data["configs"]:
+            if not c["per_turn"]:
+                continue
+            cells = [f"turn {r['index'] + 1}: prefill {r['prefill_tokens']} tok, TTFT "
+                     f"{fmt_s((r['ttft_s'] or {}).get('median'))}, turn {fmt_s((r['total_s'] or {}).get('median'))}"
+                     for r in c["per_turn"]]
+            print(f"  {c['name']:<16} " + " | ".join(cells))
+        base = data["baseline"]
+        b = next((c for c in data["configs"] if c["name"] == base and c["summary"]), None)
+        if b:
+            print(f"\nratios vs {base} (median ÷ median):")
+            for c in data["configs"]:
+                if c["summary"] and c["name"] != base:
+                    r = {k: _ratio(c["summary"][k], b["summary"][k]) for k in
+                         ("ttft_s", "conversation_s", "decode_tokens_per_s")}
+                    print(f"  {c['name']:<16} TTFT {r['ttft_s']}, conversation {r['conversation_s']}, "
+                          f"decode tok/s {r['decode_tokens_per_s']}")
+    for c in result.configs:
+        if c.status != "ran":
+            print(f"{c.name}: {c.status}: {c.reason}")
+    print(f"\nload average {os.getloadavg()[0]:.2f} at end; wall {time.perf_counter() - t0:.0f} s; "
+          f"report {files.markdown}")
+    return 0
+
+
+def _ratio(a: dict | None, b: dict | None) -> str:
+    if not a or not b or not b["median"]:
+        return "–"
+    return f"{a['median'] / b['median']:.2f}×"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

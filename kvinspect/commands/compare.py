@@ -1,0 +1,231 @@
+"""``kvinspect compare``: one conversation under several cache configurations, side by side."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .common import add_model_args, progress_printer
+
+SECTIONS_HELP = ("With --turns-until-failure or --prompt-lengths only those sections run; add --conversation "
+                 "to run the scripted comparison too.")
+
+
+def add_parser(sub) -> None:
+    from ..core.compare_configs import DEFAULT_CONFIGS
+
+    p = sub.add_parser(
+        "compare",
+        help="run one conversation under several cache configurations; write compare.md/json and plots",
+        description="Run the same scripted conversation under several cache configurations in one process "
+                    "(interleaved between repeats) and write compare.md, compare.json, plots and every run's "
+                    "trace. " + SECTIONS_HELP)
+    add_model_args(p)
+    p.add_argument("--script", metavar="FILE", help="chat script JSON (see docs/trace-format.md)")
+    p.add_argument("--configs", default=DEFAULT_CONFIGS, metavar="LIST",
+                   help="comma-separated: dynamic, static, static+compile, offloaded, quantized, nocache, any "
+                        f"policy name (e.g. recreate) or POLICY:IMPL (default {DEFAULT_CONFIGS})")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help="measured repeats per configuration (default 3)")
+    p.add_argument("--warmup", type=int, default=0, metavar="N",
+                   help="untimed rounds before the repeats (static+compile always gets one; default 0)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder (compare.md, compare.json, plots/, runs/)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier comparison in --out")
+    p.add_argument("--turns-until-failure", type=int, default=None, metavar="MAX",
+                   help="stress: extend the conversation (script turns cycled) until each configuration "
+                        "fails, or MAX turns")
+    p.add_argument("--prompt-lengths", default=None, metavar="LIST",
+                   help="sweep: one turn per configuration at these rendered prompt lengths, e.g. 32,256,2048")
+    p.add_argument("--conversation", action="store_true",
+                   help="also run the scripted comparison when --turns-until-failure/--prompt-lengths are given")
+    p.add_argument("--max-cache-len", type=int, default=None, metavar="N",
+                   help="rows of static caches (default: min(max positions, 2048); "
+                        "sweep: longest prompt + max_new_tokens)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="override the script's max_new_tokens")
+    p.add_argument("--seed", type=int, default=None, help="override the script's seed")
+    p.add_argument("--system", default=None, help="override the script's system prompt")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="a Jinja chat template replacing the tokenizer's")
+    p.add_argument("--compile-mode", default=None, metavar="MODE",
+                   help="torch.compile mode for static+compile (default: reduce-overhead on CUDA, default elsewhere)")
+    p.add_argument("--no-plots", action="store_true", help="skip the plot images")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-turn progress lines")
+
+
+def parse_lengths(text: str | None) -> list[int]:
+    from ..core.errors import ScriptError
+
+    if not text:
+        return []
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            n = int(item)
+        except ValueError:
+            raise ScriptError(f"--prompt-lengths expects token counts like 32,256,2048, got {item!r}") from None
+        if n < 1:
+            raise ScriptError(f"--prompt-lengths: {n} is not a positive token count")
+        out.append(n)
+    if not out:
+        raise ScriptError("--prompt-lengths is empty; give token counts like 32,256,2048")
+    return out
+
+
+def build_plan(args, argv: list[str] | None = None):
+    """A ComparePlan from the flags, checked before any model is loaded."""
+    from ..core.compare import ComparePlan
+    from ..core.compare_configs import parse_configs
+    from ..core.errors import ScriptError
+    from ..core.script import load_script
+    from .common import apply_script_overrides
+
+    configs = parse_configs(args.configs)
+    lengths = parse_lengths(args.prompt_lengths)
+    conversation = args.conversation or not (args.turns_until_failure or lengths)
+    script = None
+    if args.script:
+        script = apply_script_overrides(load_script(args.script), args)
+    elif conversation or args.turns_until_failure:
+        raise ScriptError("--script is needed (the conversation to compare); only --prompt-lengths works without one")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ScriptError("--max-new-tokens must be positive")
+    plan = ComparePlan(
+        configs=configs, script=script, repeat=args.repeat, warmup=args.warmup, conversation=conversation,
+        turns_until_failure=args.turns_until_failure, prompt_lengths=lengths, max_cache_len=args.max_cache_len,
+        max_new_tokens=args.max_new_tokens, compile_mode=args.compile_mode,
+        script_name=Path(args.script).name if args.script else None,
+        command=["kvinspect", *(argv if argv is not None else sys.argv[1:])],
+    )
+    if args.chat_template:
+        p = Path(args.chat_template)
+        if not p.is_file():
+            raise ScriptError(f"chat template not found: {args.chat_template}")
+        plan.chat_template = p.read_text(encoding="utf-8")
+        plan.chat_template_name = str(p)
+    return plan.validate()
+
+
+def prepare_out(out: Path, overwrite: bool) -> None:
+    from ..core.compare import RUNS_DIR
+    from ..core.compare_report import JSON_NAME, PLOTS_DIR
+    from ..core.errors import ScriptError
+
+    if out.exists() and not out.is_dir():
+        raise ScriptError(f"--out {out} is a file, not a folder")
+    earlier = (out / JSON_NAME).exists() or any((out / RUNS_DIR).glob("*"))
+    if earlier and not overwrite:
+        raise ScriptError(f"{out} already holds a comparison; choose another --out or pass --overwrite")
+    if earlier:
+        for sub in (RUNS_DIR, PLOTS_DIR):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+class _Interrupt:
+    """First Ctrl-C: finish gracefully (the turn in progress stops at its next token, the report is
+    written with what finished). A second Ctrl-C aborts at once."""
+
+    def __init__(self):
+        self.hit = False
+        self._old = None
+
+    def __enter__(self):
+        # Signal handlers belong to the main thread; elsewhere (an embedding app) Ctrl-C stays as it is.
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum, frame):
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+        print("\nkvinspect: stopping after the current step; the report keeps what finished "
+              "(Ctrl-C again to abort)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+    def __call__(self) -> bool:
+        return self.hit
+
+
+def main(args, argv) -> int:
+    from ..core.compare import run_compare
+    from ..core.compare_report import write_report
+    from ..core.loading import load_model, resolve_spec
+
+    plan = build_plan(args, argv)
+    resolve_spec(args.model)  # fail fast, before torch is imported
+    out = Path(args.out)
+    prepare_out(out, args.overwrite)
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                        progress=progress_printer("loading " + args.model))
+
+    def progress(done: int, total: int, message: str) -> None:
+        if not args.quiet:
+            print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+
+    with _Interrupt() as interrupted:
+        result = run_compare(loaded, plan, out, progress=progress, cancel=interrupted)
+    files = write_report(result, out, plots=not args.no_plots)
+    print(summary_text(result))
+    for c in result.configs:
+        if c.status != "ran":
+            print(f"{c.name}: {c.status}: {c.reason}")
+    for n in files.notes:
+        print(n)
+    print(f"\nreport: {files.markdown}\ndata: {files.json}")
+    if files.plots:
+        print("plots: " + ", ".join(str(p) for p in files.plots if p.suffix == ".png"))
+    if result.cancelled:
+        print("cancelled: the report covers what finished", file=sys.stderr)
+        return 130
+    return 0
+
+
+def summary_text(result) -> str:
+    """A terminal table of the per-configuration medians (compare.md has everything)."""
+    from ..core.compare_markdown import fmt_rate, spread
+    from ..core.compare_report import build_report
+    from ..core.tables import human_bytes
+
+    d = build_report(result)
+    lines = []
+    ran = [c for c in d["configs"] if c["summary"]]
+    if ran:
+        head = ["configuration", "TTFT", "conversation", "decode tok/s", "prefill/turn", "peak KV", "failed"]
+        rows = [[c["name"], spread(c["summary"]["ttft_s"]), spread(c["summary"]["conversation_s"]),
+                 spread(c["summary"]["decode_tokens_per_s"], fmt_rate),
+                 ",".join("-" if x is None else str(x) for x in c["summary"]["prefill_tokens_per_turn"]),
+                 human_bytes(c["summary"]["peak_kv_bytes"]), str(c["summary"]["turns_failed"])] for c in ran]
+        lines += _text_table(head, rows)
+    if d.get("stress"):
+        lines.append("")
+        rows = [[c["name"], c["status"], str(c["failed_at_turn"] or "-"), str(c["tokens_at_failure"] or "-"),
+                 c["failure_kind"] or "-"] for c in d["stress"]["configs"]]
+        lines += _text_table(["stress", "result", "failed at turn", "tokens at failure", "kind"], rows)
+    if d.get("lengths"):
+        lines.append("")
+        lens = d["lengths"]["lengths"]
+        rows = []
+        for c in d["lengths"]["configs"]:
+            pts = {p["length"]: p for p in c["points"]}
+            rows.append([c["name"]] + [spread(pts[n]["ttft_s"]) if n in pts else "-" for n in lens])
+        lines += _text_table(["TTFT by prompt length"] + [str(n) for n in lens], rows)
+    return "\n".join(lines)
+
+
+def _text_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in rows]
+    return out

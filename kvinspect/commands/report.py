@@ -1,0 +1,32 @@
+"""``kvinspect report TRACE --out DIR``: a bug-report bundle that reads anywhere, offline."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="write a bug-report bundle (report.md, plots, summary, trace, "
+                                      "reproduce command) from a trace")
+    p.add_argument("trace", metavar="TRACE", help="a trace.jsonl, or the folder holding one (e.g. a run's --out)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="bundle folder: new, empty, or an earlier bundle (which is replaced)")
+    p.add_argument("--redact", action="store_true",
+                   help="replace prompts, replies and the system prompt by token counts in every file "
+                        "(script.json is then left out)")
+    p.add_argument("--no-plots", action="store_true", help="skip cache.png / memory.png (no Qt child process)")
+
+
+def main(args, argv) -> int:
+    import shlex
+
+    from ..core.report import write_report
+
+    res = write_report(args.trace, args.out, redact=args.redact, plots_enabled=not args.no_plots)
+    for n in res.trace_notes:
+        print(f"trace: {n}")
+    print(f"report: {res.report}")
+    print("files: " + ", ".join(f.name for f in res.files[1:]))
+    for n in res.notes:
+        print(f"note: {n}")
+    if res.reproduction is not None:
+        print(f"reproduce, from {res.out_dir}: {shlex.join(res.reproduction.command)}")
+    return 0

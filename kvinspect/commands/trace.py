@@ -1,0 +1,167 @@
+"""``kvinspect trace [--out DIR] -- python my_script.py ARGS``: observe a program without editing it.
+
+The program runs as a child process with kvinspect's boot folder first on its PYTHONPATH
+(see kvinspect/core/observe_tracer.py); its stdout, stderr, stdin and exit code are its own.
+Every causal LM it runs gets a trace in DIR, appended live (``kvinspect view --follow DIR``).
+Afterwards the per-turn table and the events go to stderr, so the program's stdout stays exactly
+what it printed, and kvinspect exits with the program's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..core.errors import KvInspectError
+
+DEFAULT_ROOT = "kvinspect-traces"
+
+
+class TraceCommandError(KvInspectError):
+    """The program to trace cannot be started, or the output folder cannot be used."""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "trace", help="run your own program unchanged and observe every causal LM it runs",
+        description="Run COMMAND (usually `python my_script.py ARGS`) unchanged and observe the KV cache of every "
+                    "transformers causal LM it runs. The trace grows while it runs: watch it with "
+                    "`kvinspect view --follow DIR`. The program's output and exit code pass through; the per-turn "
+                    "table and the events are printed on stderr afterwards.",
+        usage="kvinspect trace [--out DIR] [-q] -- python my_script.py [ARGS ...]",
+    )
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help=f"trace folder (default: a new ./{DEFAULT_ROOT}/<date-time> folder)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only where the trace is, not the tables")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                   help="the program to run, after `--`")
+
+
+def main(args, argv) -> int:
+    cmd = list(args.program)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise TraceCommandError("nothing to run: kvinspect trace [--out DIR] -- python my_script.py ARGS")
+    out, created = _out_dir(args.out)
+    env = _child_env(out)
+    shown = shlex.join(cmd)
+    print(f"kvinspect: tracing `{shown}` → {out}", file=sys.stderr, flush=True)
+    try:
+        rc = _run(cmd, env)
+    except TraceCommandError:
+        if created:
+            _remove_empty(out)
+        raise
+    return _report(out, created, shown, rc, quiet=args.quiet)
+
+
+def _out_dir(given: str | None) -> tuple[Path, bool]:
+    if given:
+        out = Path(given)
+        if out.exists() and not out.is_dir():
+            raise TraceCommandError(f"--out {given} is a file, not a folder")
+        created = not out.exists()
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = Path(DEFAULT_ROOT) / stamp
+        n = 2
+        while out.exists():
+            out = Path(DEFAULT_ROOT) / f"{stamp}-{n}"
+            n += 1
+        created = True
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TraceCommandError(f"cannot create the trace folder {out}: {exc.strerror or exc}") from None
+    # A rerun into the same folder replaces the earlier traces (as `kvinspect run --out` does).
+    for old in [*out.glob("trace*.jsonl"), *out.glob("summary*.json")]:
+        try:
+            old.unlink()
+        except OSError as exc:
+            raise TraceCommandError(f"cannot replace {old}: {exc.strerror or exc}") from None
+    return out.resolve(), created
+
+
+def _child_env(out: Path) -> dict:
+    import kvinspect.core
+
+    from ..core.observe_tracer import ENV_DIR, ENV_PKG
+
+    boot = Path(kvinspect.core.__file__).resolve().parent / "_trace_boot"
+    env = dict(os.environ)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(boot) + (os.pathsep + old if old else "")
+    env[ENV_DIR] = str(out)
+    env[ENV_PKG] = str(Path(kvinspect.core.__file__).resolve().parents[2])
+    return env
+
+
+def _run(cmd: list[str], env: dict) -> int:
+    try:
+        child = subprocess.Popen(cmd, env=env)
+    except FileNotFoundError:
+        raise TraceCommandError(f"command not found: {cmd[0]}") from None
+    except PermissionError:
+        raise TraceCommandError(f"cannot run {cmd[0]}: permission denied") from None
+    # Ctrl-C reaches the child through the terminal; we wait for it, then report what it did.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        rc = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    return 128 - rc if rc < 0 else rc  # killed by signal N: the shell's 128 + N
+
+
+def _report(out: Path, created: bool, shown: str, rc: int, quiet: bool) -> int:
+    from ..core.summary import write_summary
+    from ..core.tables import events_text, turn_table
+    from ..core.tracefile import read_trace
+
+    traces = sorted(out.glob("trace*.jsonl"), key=lambda p: (p.name != "trace.jsonl", p.name))
+    err = sys.stderr
+    status = f"exit code {rc}" if rc else "exited normally"
+    if not traces:
+        print(f"kvinspect: nothing observed: `{shown}` ({status}) ran no forward pass of a transformers causal LM, "
+              f"so no trace was written", file=err)
+        if created:
+            _remove_empty(out)
+        return rc
+    for path in traces:
+        try:
+            rec = read_trace(path)
+        except KvInspectError as exc:
+            print(f"kvinspect: {path.name}: {exc}", file=err)
+            continue
+        summary = path.with_name("summary.json" if path.name == "trace.jsonl"
+                                 else "summary" + path.name[len("trace"):-len(".jsonl")] + ".json")
+        write_summary(summary, rec)
+        if not quiet:
+            model = (rec.header.get("model") or {}).get("name") or "model"
+            print(f"\n── {model} ({rec.header.get('model', {}).get('class', '')}): {len(rec.turns)} turn(s), "
+                  f"{rec.n_steps} forward passes ──", file=err)
+            print(turn_table(rec), file=err)
+            for t in rec.turns[:50]:  # which call of the program each turn was
+                print(f"  turn {t.index + 1}: {t.user}", file=err)
+            print(file=err)
+            print(events_text(rec), file=err)
+            for note in rec.notes:
+                print(f"note: {note}", file=err)
+        print(f"trace: {path}\nsummary: {summary}", file=err)
+    print(f"kvinspect: `{shown}` {status}; open the trace with: kvinspect view {out}", file=err)
+    return rc
+
+
+def _remove_empty(out: Path) -> None:
+    try:
+        out.rmdir()
+        if out.parent.name == DEFAULT_ROOT:
+            out.parent.rmdir()  # ./kvinspect-traces when this was its only run
+    except OSError:
+        pass

@@ -1,0 +1,141 @@
+"""``compare.json`` (stable field names, see docs/compare.md), ``compare.md`` and the plots of a comparison."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import env
+from .compare import COMPARE_FORMAT, COMPARE_VERSION, RUNS_DIR, CompareResult
+from .compare_lengths import sweep_max_cache_len
+from .compare_markdown import markdown
+from .compare_metrics import MEMORY_LABEL
+from .compare_summary import length_points, per_turn, steady_compiled_graphs, summarize_runs, warmup_summary
+
+JSON_NAME = "compare.json"
+MD_NAME = "compare.md"
+PLOTS_DIR = "plots"
+
+
+@dataclass
+class CompareFiles:
+    json: Path
+    markdown: Path
+    plots: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def baseline_name(result: CompareResult) -> str | None:
+    """Ratios are taken against ``dynamic`` when it ran, else against the first configuration that ran."""
+    ran = [c for c in result.configs if c.runs or c.lengths]
+    for c in ran:
+        if c.name == "dynamic":
+            return c.name
+    return ran[0].name if ran else None
+
+
+def build_report(result: CompareResult) -> dict:
+    """The compare.json document (without ``plots``, which :func:`write_report` adds)."""
+    plan = result.plan
+    configs = []
+    for cr in result.configs:
+        summary = summarize_runs(cr.runs)
+        configs.append({
+            **cr.config.to_dict(),
+            "status": cr.status,
+            "reason": cr.reason,
+            "max_cache_len": cr.max_cache_len,
+            "summary": summary,
+            "per_turn": per_turn(cr.runs),
+            "warmup": warmup_summary(cr.warmups, summary),
+            "steady_compiled_graphs": steady_compiled_graphs(cr.runs) if cr.config.compile else None,
+            "runs": [r.to_dict() for r in cr.runs],
+            "warmup_runs": [r.to_dict() for r in cr.warmups],
+        })
+    stress = None
+    if plan.turns_until_failure:
+        stress = {
+            "max_turns": plan.turns_until_failure,
+            "configs": [{"name": c.name, **c.stress} for c in result.configs if c.stress is not None],
+        }
+    lengths = None
+    if plan.prompt_lengths:
+        lengths = {
+            "lengths": list(plan.prompt_lengths),
+            "prompt_tokens": {str(k): v for k, v in sorted(result.length_prompts.items())},
+            "max_cache_len": sweep_max_cache_len(plan),
+            "max_new_tokens": plan.settings.max_new_tokens,
+            "skipped": list(result.lengths_skipped),
+            "configs": [
+                {"name": c.name, "points": length_points(c), "runs": [r.to_dict() for r in c.lengths],
+                 "warmup_runs": [r.to_dict() for r in c.length_warmups]}
+                for c in result.configs if c.lengths or c.length_warmups
+            ],
+        }
+    script = plan.script
+    return {
+        "format": COMPARE_FORMAT,
+        "version": COMPARE_VERSION,
+        "created": result.created,
+        "wall_s": result.wall_s,
+        "cancelled": result.cancelled,
+        "command": plan.command,
+        "model": result.model,
+        "device": result.device,
+        "memory_kind": result.memory_kind,
+        "memory_label": MEMORY_LABEL[result.memory_kind],
+        "versions": env.versions(),
+        "machine": env.machine(),
+        "plan": plan.to_dict(),
+        "script": None if script is None else {"system": script.system, "turns": list(script.turns)},
+        "baseline": baseline_name(result),
+        "configs": configs,
+        "stress": stress,
+        "lengths": lengths,
+        "notes": list(result.notes),
+        "runs_dir": RUNS_DIR,
+    }
+
+
+def write_report(result: CompareResult, out_dir: str | os.PathLike | None = None, *, plots: bool = True,
+                 formats: tuple[str, ...] = ("png", "svg")) -> CompareFiles:
+    """Write compare.json, the plots and compare.md into ``out_dir`` (default: the run's folder).
+
+    Exporting to another folder copies the run folders too, so the export stands on its own.
+    """
+    out = Path(out_dir) if out_dir is not None else result.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    src_runs = result.out_dir / RUNS_DIR
+    if out.resolve() != result.out_dir.resolve() and src_runs.is_dir():
+        shutil.copytree(src_runs, out / RUNS_DIR, dirs_exist_ok=True)
+    data = build_report(result)
+    jpath = out / JSON_NAME
+    _write_json(jpath, data)
+    files = CompareFiles(json=jpath, markdown=out / MD_NAME)
+    if plots:
+        from .plots import render
+
+        pr = render("compare", jpath, out / PLOTS_DIR, formats=formats)
+        files.plots = [Path(p) for p in pr.files]
+        files.notes = list(pr.notes)
+    data["plots"] = [_rel(p, out) for p in files.plots]
+    data["notes"] = data["notes"] + files.notes
+    _write_json(jpath, data)
+    files.markdown.write_text(markdown(data), encoding="utf-8")
+    return files
+
+
+def _rel(p: Path, base: Path) -> str:
+    try:
+        return Path(p).resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,231 @@
+"""The cache lanes: a layers × steps heatmap of stored length, and a tokens-per-layer plot.
+
+Both draw from :class:`~.series.RecordSeries` windows sized to the plot's pixel width, so a
+frame costs the same at 1k and at 100k steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore
+
+from . import theme as th
+from .plot_items import LayerAxis, RegionsItem, StepAxis, StickyRange, layer_ticks, merged_spans
+from .series import MEAN_SEEN, MEAN_STORED, RecordSeries, envelope
+
+AXIS_W = 72  # every lane's left and right axes have the same width, so their steps line up
+
+
+def layer_kinds(record) -> list[str]:
+    """Kind of each layer: what the cache did at the last finished turn, else what the config asks."""
+    for t in reversed(record.turns):
+        if t.layers:
+            kinds = [lay.get("kind") or lay.get("attention") or "full" for lay in t.layers]
+            if len(kinds) == record.n_layers:
+                return kinds
+    info = record.header.get("layers") or []
+    return [(info[i].get("config_attention") if i < len(info) else None) or "full" for i in range(record.n_layers)]
+
+
+def layer_windows(record) -> list[int | None]:
+    for t in reversed(record.turns):
+        if t.layers and len(t.layers) == record.n_layers:
+            return [lay.get("window") for lay in t.layers]
+    info = record.header.get("layers") or []
+    return [info[i].get("window") if i < len(info) else None for i in range(record.n_layers)]
+
+
+class HeatmapLane:
+    """Stored tokens per layer (rows) and step (columns); the layer axis carries a kind chip per row."""
+
+    def __init__(self, layout: pg.GraphicsLayout, row: int):
+        self.axis = LayerAxis("left")
+        self.plot = layout.addPlot(row=row, col=1, axisItems={"bottom": StepAxis("bottom"), "left": self.axis})
+        self.plot.hideButtons()
+        self.plot.setMenuEnabled(False)
+        self.plot.setLabel("left", "layer")
+        fixed_axes(self.plot)
+        vb = self.plot.getViewBox()
+        vb.invertY(True)
+        vb.setMouseEnabled(x=True, y=False)
+        vb.setDefaultPadding(0)
+        self.img = pg.ImageItem()
+        self.img.setLookupTable(pg.colormap.get("viridis").getLookupTable(nPts=256))
+        self.plot.addItem(self.img)
+        self.regions = RegionsItem(th.DARK.region)
+        self.regions.setZValue(5)
+        self.plot.addItem(self.regions, ignoreBounds=True)
+        self.n_layers = 0
+        self._tick_h = -1.0
+
+    def reset(self, record) -> None:
+        self.n_layers = record.n_layers
+        self.axis.set_kinds(layer_kinds(record))
+        self.axis.setTicks(layer_ticks(self.n_layers, self.plot.getViewBox().height()))
+        self.plot.setYRange(0, max(self.n_layers, 1), padding=0)
+        self.img.clear()
+        self.regions.set_rects([])
+        self._tick_h = -1.0
+
+    def update_kinds(self, record) -> None:
+        self.axis.set_kinds(layer_kinds(record))
+
+    def refresh(self, s: RecordSeries, a: float, b: float, cols: int) -> None:
+        h = self.plot.getViewBox().height()
+        if abs(h - self._tick_h) > 1:
+            self._tick_h = h
+            ticks = layer_ticks(self.n_layers, h)
+            self.plot.getAxis("left").setTicks(ticks)
+        if s.stored.n == 0:
+            self.img.clear()
+            return
+        x0, stride, hi, _ = s.stored.window(a, b, cols)
+        if len(hi) == 0:
+            self.img.clear()
+            return
+        self.img.setImage(hi, levels=(0, max(s.vmax, 1)), autoLevels=False)
+        self.img.setRect(QtCore.QRectF(x0, 0, len(hi) * stride, self.n_layers))
+
+    def set_regions(self, spans: list[tuple[float, float, int, int]]) -> None:
+        """``(x0, x1, layer0, layer1)`` rectangles where layers stopped growing."""
+        self.regions.set_rects([QtCore.QRectF(x0, l0, max(x1 - x0, 0.5), l1 - l0) for x0, x1, l0, l1 in spans])
+
+    def apply_theme(self, t: th.Theme) -> None:
+        self.regions.set_color(t.region)
+
+
+#: Picked layers: their kind's colour, made lighter/darker for the 2nd, 3rd… of one kind.
+_SHADES = (100, 145, 70, 180, 55, 210)
+
+
+class TokensLane:
+    """Mean seen/stored over layers, the picked layers' stored length, window reference lines."""
+
+    def __init__(self, layout: pg.GraphicsLayout, row: int):
+        self.plot = layout.addPlot(row=row, col=1, axisItems={"bottom": StepAxis("bottom")})
+        self.plot.hideButtons()
+        self.plot.setMenuEnabled(False)
+        self.plot.setLabel("left", "tokens")
+        fixed_axes(self.plot)
+        vb = self.plot.getViewBox()
+        vb.setMouseEnabled(x=True, y=False)
+        vb.disableAutoRange()
+        self.yrange = StickyRange()
+        self.plot.showGrid(x=False, y=True, alpha=0.15)
+        self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
+                                          verSpacing=-6, horSpacing=14)
+        self.seen = self.plot.plot(name="seen", pen=pg.mkPen("#DDDDDD", width=1.6,
+                                                             style=QtCore.Qt.PenStyle.DashLine))
+        self.seen.setZValue(10)  # dashed, on top: every attention layer has seen this many tokens
+        self.stored = self.plot.plot(name="stored (mean)", pen=pg.mkPen("#DDDDDD", width=2.2))
+        self.stored.setZValue(9)
+        self.layer_curves: dict[int, pg.PlotDataItem] = {}
+        self.window_lines: list[pg.InfiniteLine] = []
+        self.theme = th.DARK
+
+    def reset(self, record) -> None:
+        for c in list(self.layer_curves.values()):
+            self._remove_curve(c)
+        self.layer_curves.clear()
+        self.seen.setData([], [])
+        self.stored.setData([], [])
+        self.yrange.reset()
+        self.set_windows(record)
+
+    def _remove_curve(self, c) -> None:
+        self.plot.removeItem(c)
+        self.legend.removeItem(c)
+
+    def set_windows(self, record) -> None:
+        for line in self.window_lines:
+            self.plot.removeItem(line)
+        self.window_lines = []
+        self.windows: list[int] = []
+        kinds, windows = layer_kinds(record), layer_windows(record)
+        seen: dict[int, set[str]] = {}
+        for k, w in zip(kinds, windows):
+            if w and th.kind_base(k) in ("sliding", "chunked"):
+                seen.setdefault(int(w), set()).add(th.kind_base(k))
+        for w, ks in sorted(seen.items()):
+            word = "chunk" if ks == {"chunked"} else "window"
+            color = th.kind_color(sorted(ks)[-1])
+            line = pg.InfiniteLine(pos=w, angle=0, movable=False,
+                                   pen=pg.mkPen(color, width=1.2, style=QtCore.Qt.PenStyle.DashDotLine),
+                                   label=f"{word} {w}", labelOpts={"position": 0.02, "color": color,
+                                                                   "anchors": [(0, 1), (0, 1)]})
+            line.setZValue(-5)
+            self.plot.addItem(line, ignoreBounds=True)
+            self.window_lines.append(line)
+            self.windows.append(w)
+
+    def set_picked(self, record, picked: list[int]) -> None:
+        kinds = layer_kinds(record)
+        for i in [i for i in self.layer_curves if i not in picked]:
+            self._remove_curve(self.layer_curves.pop(i))
+        count: dict[str, int] = {}
+        for i in picked:
+            k = th.kind_base(kinds[i] if i < len(kinds) else "full")
+            shade = _SHADES[count.get(k, 0) % len(_SHADES)]
+            count[k] = count.get(k, 0) + 1
+            color = pg.mkColor(th.kind_color(k)).lighter(shade)
+            if i in self.layer_curves:
+                self.layer_curves[i].setPen(pg.mkPen(color, width=1.6))
+                continue
+            self.layer_curves[i] = self.plot.plot(name=f"L{i} {k}", pen=pg.mkPen(color, width=1.6))
+
+    def refresh(self, s: RecordSeries, a: float, b: float, cols: int) -> None:
+        if s.curves.n == 0:
+            return
+        win = s.curves.window(a, b, cols)
+        self.seen.setData(*envelope(*win, MEAN_SEEN))
+        self.stored.setData(*envelope(*win, MEAN_STORED))
+        top = float(win[2][:, MEAN_SEEN].max(initial=0))
+        for i, curve in self.layer_curves.items():
+            x0, stride, hi, lo = s.layer(i).window(a, b, cols)
+            x, y = envelope(x0, stride, hi, lo, 1)
+            curve.setData(x, np.where(y < 0, np.nan, y))
+            top = max(top, float(hi[:, 1].max(initial=0)))
+        # A window line joins the range once the data come near it (a 4096 window must not squash 300 tokens).
+        top = max([top] + [w for w in self.windows if top >= 0.5 * w])
+        new = self.yrange.fit(0, top)
+        if new is not None:
+            self.plot.setYRange(*new, padding=0)
+
+    def apply_theme(self, t: th.Theme) -> None:
+        self.theme = t
+        self.seen.setPen(pg.mkPen(t.plot_fg, width=1.6, style=QtCore.Qt.PenStyle.DashLine))
+        self.stored.setPen(pg.mkPen(t.plot_fg, width=2.2))
+
+
+def fixed_axes(plot: pg.PlotItem, bottom_values: bool = False) -> None:
+    """Same-width left/right axes on every lane (x stays aligned); step values only on the last lane."""
+    plot.getAxis("left").setWidth(AXIS_W)
+    plot.showAxis("right")
+    right = plot.getAxis("right")
+    right.setWidth(AXIS_W)
+    if not right.labelText:
+        right.setStyle(showValues=False, tickLength=0)
+    if bottom_values:
+        plot.getAxis("bottom").setStyle(showValues=True)
+    else:
+        plot.hideAxis("bottom")  # x is shared; only the last lane shows steps
+
+
+def region_spans(record, series: RecordSeries, kinds=("window_reached", "chunk_reached")) -> list:
+    """Where layers stopped growing: from each event's step to the end of that cache object's life."""
+    cid = series._raw_views.get("cache_id") if series._raw_views else None
+    n = series.n
+    out = []
+    for e in record.events:
+        if e.kind not in kinds or not e.layers:
+            continue
+        end = n
+        want = e.data.get("cache_id")
+        if cid is not None and want is not None and e.step < n:
+            other = np.nonzero(cid[e.step:n] != want)[0]
+            if len(other):
+                end = e.step + int(other[0])
+        for l0, l1 in merged_spans(e.layers):
+            out.append((float(e.step), float(end), l0, l1))
+    return out

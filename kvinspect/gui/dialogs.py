@@ -1,0 +1,56 @@
+"""Small dialogs and labels: About (with versions), the reuse policies, the model summary line."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6 import QtCore, QtWidgets
+
+from . import theme as th
+from .model_picker import kinds_summary
+
+
+def show_about(parent, trace_path: str | None = None) -> None:
+    from ..core.env import versions
+
+    v = versions()
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>&nbsp;{html.escape(str(val))}</td></tr>" for k, val in v.items())
+    trace = f"<p>Trace of this session: <tt>{html.escape(trace_path)}</tt></p>" if trace_path else ""
+    QtWidgets.QMessageBox.about(
+        parent, "About kvinspect",
+        f"<h3>kvinspect {html.escape(v.get('kvinspect', ''))}</h3><p>A live inspector for the KV cache of "
+        f"Hugging Face transformers models.</p><table>{rows}<tr><td>Qt</td><td>&nbsp;{QtCore.qVersion()}</td></tr>"
+        f"</table>{trace}")
+
+
+def show_policies(parent) -> QtWidgets.QMessageBox:
+    """Non-modal: it can stay open next to the chat while trying the policies."""
+    from ..core.session import POLICY_HELP
+
+    rows = "".join(f"<tr><td valign='top'><b>{k}</b></td><td>{html.escape(v)}</td></tr>" for k, v in POLICY_HELP.items())
+    box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Information, "Reuse policies", "",
+                                QtWidgets.QMessageBox.StandardButton.Ok, parent)
+    box.setText("<p>Change the policy between turns to show the right way and each mistake side by side.</p>"
+                f"<table cellpadding='3'>{rows}</table>")
+    box.setWindowModality(QtCore.Qt.WindowModality.NonModal)
+    box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.show()
+    return box
+
+
+def model_summary(info) -> str:
+    """The toolbar line: name, class, layers with kind chips, windows, device, dtype."""
+    layers = info.record.header.get("layers") or []
+    kinds = tuple(lay.get("config_attention", "full") for lay in layers)
+    windows = sorted({lay.get("window") for lay in layers if lay.get("window")})
+    chips = " ".join(f"<span style='color:{th.kind_color(k)}'>■</span>"
+                     for k in th.KIND_ORDER if k in {th.kind_base(x) for x in kinds})
+    win = f" · window {', '.join(map(str, windows))}" if windows else ""
+    return (f"<b>{html.escape(info.name)}</b> · {info.cls} · {info.n_layers} layers {chips} "
+            f"[{kinds_summary(kinds)}]{win} · {info.device} · {info.dtype}")
+
+
+def elide(path: str | None, n: int = 48) -> str:
+    if not path:
+        return ""
+    return path if len(path) <= n else "…" + path[-(n - 1):]

@@ -1,0 +1,246 @@
+"""The events list (what the detectors found, where, and what to do) and the per-turn checklist.
+
+Both render from ``(record, step=None)``: with a step, only what had happened by then.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from ..core.events import _ranges
+from . import theme as th
+
+COLS = ("", "turn", "step", "kind", "layers", "message")
+NUMERIC = {1, 2}
+
+
+def _dot(color: str, size: int = 10) -> QtGui.QIcon:
+    pm = QtGui.QPixmap(size, size)
+    pm.fill(QtCore.Qt.GlobalColor.transparent)
+    p = QtGui.QPainter(pm)
+    p.setRenderHint(QtGui.QPainter.RenderHint.Antialiasing)
+    p.setBrush(QtGui.QColor(color))
+    p.setPen(QtCore.Qt.PenStyle.NoPen)
+    p.drawEllipse(1, 1, size - 2, size - 2)
+    p.end()
+    return QtGui.QIcon(pm)
+
+
+class _Item(QtWidgets.QTreeWidgetItem):
+    def __lt__(self, other) -> bool:
+        col = self.treeWidget().sortColumn() if self.treeWidget() else 0
+        a, b = self.data(col, QtCore.Qt.ItemDataRole.UserRole), other.data(col, QtCore.Qt.ItemDataRole.UserRole)
+        if a is not None and b is not None:
+            return a < b
+        return super().__lt__(other)
+
+
+def badge(text: str, bg: str) -> str:
+    return (f"<span style='background-color:{bg}; color:{th.badge_text_color(bg)}; font-weight:bold'>"
+            f"&nbsp;{html.escape(text)}&nbsp;</span>")
+
+
+class EventsPanel(QtWidgets.QWidget):
+    """Every detector event; selecting one shows its explanation and advice and jumps the plots."""
+
+    eventSelected = QtCore.Signal(int)  # index into record.events
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.record = None
+        self._shown = -1
+        self._step = None
+        self.tree = QtWidgets.QTreeWidget()
+        self.tree.setHeaderLabels(list(COLS))
+        self.tree.setRootIsDecorated(False)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setSortingEnabled(True)
+        self.tree.sortByColumn(2, QtCore.Qt.SortOrder.AscendingOrder)
+        h = self.tree.header()
+        h.setStretchLastSection(True)
+        for col, w in ((0, 26), (1, 40), (2, 56), (3, 150), (4, 52)):
+            h.resizeSection(col, w)
+        self.tree.itemSelectionChanged.connect(self._on_selection)
+        self.detail = QtWidgets.QTextBrowser()
+        self.detail.setOpenExternalLinks(False)
+        self.detail.setPlaceholderText("Select an event to see what happened, the numbers, and what to do.")
+        split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        split.addWidget(self.tree)
+        split.addWidget(self.detail)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
+        split.setChildrenCollapsible(False)
+        box = QtWidgets.QVBoxLayout(self)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(split)
+
+    def count(self) -> int:
+        return self.tree.topLevelItemCount()
+
+    def render(self, record, step: int | None = None) -> None:
+        if record is not self.record or step != self._step:
+            self.record, self._step, self._shown = record, step, -1
+            self.tree.clear()
+            self.detail.clear()
+        if record is None:
+            return
+        with record.lock:
+            events = list(record.events)
+        if len(events) == self._shown:
+            return
+        self.tree.setSortingEnabled(False)
+        for idx in range(max(self._shown, 0), len(events)):
+            e = events[idx]
+            if step is not None and e.step > step:
+                continue
+            it = _Item()
+            sev = th.SEVERITY_COLORS.get(e.severity, "#888888")
+            it.setIcon(0, _dot(sev))
+            it.setToolTip(0, e.severity)
+            it.setData(0, QtCore.Qt.ItemDataRole.UserRole, {"info": 0, "warn": 1, "error": 2}.get(e.severity, 1))
+            it.setText(1, str(e.turn + 1))
+            it.setData(1, QtCore.Qt.ItemDataRole.UserRole, e.turn)
+            it.setText(2, f"{e.step:,}")
+            it.setData(2, QtCore.Qt.ItemDataRole.UserRole, (e.step, idx))
+            it.setText(3, e.kind)
+            it.setForeground(3, QtGui.QBrush(QtGui.QColor(th.EVENT_MARKERS.get(e.kind, (None, sev))[1])))
+            it.setText(4, _ranges(e.layers) if e.layers else "all")
+            it.setText(5, e.message)
+            it.setToolTip(5, e.message)
+            it.setData(5, QtCore.Qt.ItemDataRole.UserRole + 1, idx)
+            self.tree.addTopLevelItem(it)
+        self._shown = len(events)
+        self.tree.setSortingEnabled(True)
+        if not self.tree.selectedItems():
+            # Nothing picked yet: preview the latest problem (else the latest event) without jumping.
+            shown = [e for e in events if step is None or e.step <= step]
+            latest = next((e for e in reversed(shown) if e.is_problem), shown[-1] if shown else None)
+            if latest is not None:
+                self.detail.setHtml("<p style='color:gray'>Latest event — select a row to jump to it.</p>"
+                                    + event_html(latest))
+
+    def select(self, idx: int) -> None:
+        """Select the row of event ``idx`` (e.g. clicked on the plot)."""
+        for i in range(self.tree.topLevelItemCount()):
+            it = self.tree.topLevelItem(i)
+            if it.data(5, QtCore.Qt.ItemDataRole.UserRole + 1) == idx:
+                self.tree.setCurrentItem(it)
+                self.tree.scrollToItem(it)
+                return
+
+    def _on_selection(self) -> None:
+        items = self.tree.selectedItems()
+        if not items or self.record is None:
+            return
+        idx = items[0].data(5, QtCore.Qt.ItemDataRole.UserRole + 1)
+        e = self.record.events[idx]
+        self.detail.setHtml(event_html(e))
+        self.eventSelected.emit(idx)
+
+
+def event_html(e) -> str:
+    sev = th.SEVERITY_COLORS.get(e.severity, "#888888")
+    where = f"turn {e.turn + 1}, step {e.step:,}"
+    if e.layers:
+        where += f", layers {_ranges(e.layers)}"
+    out = [f"<p>{badge(e.severity.upper(), sev)} &nbsp;<b>{html.escape(e.kind)}</b> &nbsp; {where}</p>",
+           f"<p>{html.escape(e.message)}</p>"]
+    if e.advice:
+        out.append(f"<p><b>What to do:</b> {html.escape(e.advice)}</p>")
+    if e.data:
+        rows = "".join(f"<tr><td><tt>{html.escape(str(k))}</tt></td><td>&nbsp;{html.escape(str(v))}</td></tr>"
+                       for k, v in e.data.items())
+        out.append(f"<table cellspacing='0'>{rows}</table>")
+    return "".join(out)
+
+
+class ChecklistPanel(QtWidgets.QWidget):
+    """The diagnosis checklist of one turn (the latest unless another is picked): pass/warn/fail."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.record = None
+        self._key = None
+        self._pinned: int | None = None  # a turn the user picked; None follows the latest
+        self.turn_box = QtWidgets.QComboBox()
+        self.turn_box.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.turn_box.activated.connect(self._on_pick)
+        self.summary = QtWidgets.QLabel()
+        self.view = QtWidgets.QTextBrowser()
+        self.view.setPlaceholderText("The checklist appears after the first turn.")
+        head = QtWidgets.QHBoxLayout()
+        head.addWidget(QtWidgets.QLabel("Turn"))
+        head.addWidget(self.turn_box)
+        head.addWidget(self.summary, 1)
+        box = QtWidgets.QVBoxLayout(self)
+        box.setContentsMargins(0, 2, 0, 0)
+        box.addLayout(head)
+        box.addWidget(self.view, 1)
+
+    def show_turn(self, index: int | None) -> None:
+        self._pinned = index
+        self._key = None
+        self.render(self.record)
+
+    def render(self, record, step: int | None = None) -> None:
+        self.record = record
+        if record is None:
+            self.turn_box.clear()
+            self.view.clear()
+            self.summary.clear()
+            self._key = None
+            return
+        with record.lock:
+            turns = [t for t in record.turns if t.checklist and (step is None or t.first_step <= step)]
+        key = (id(record), tuple((t.index, len(t.checklist), t.status) for t in turns), self._pinned)
+        if key == self._key:
+            return
+        self._key = key
+        self.turn_box.blockSignals(True)
+        self.turn_box.clear()
+        for t in turns:
+            worst = _worst(t.checklist)
+            self.turn_box.addItem(f"{t.index + 1} ({t.policy}, {worst})", t.index)
+        self.turn_box.blockSignals(False)
+        if not turns:
+            self.view.clear()
+            self.summary.clear()
+            return
+        pick = next((t for t in turns if t.index == self._pinned), turns[-1])
+        self.turn_box.setCurrentIndex(turns.index(pick))
+        self.view.setHtml(checklist_html(pick))
+        counts = {s: sum(1 for c in pick.checklist if c["status"] == s) for s in ("pass", "warn", "fail")}
+        self.summary.setText("  ".join(badge(f"{n} {s.upper()}", th.STATUS_COLORS[s]) for s, n in counts.items() if n))
+
+    def _on_pick(self, row: int) -> None:
+        idx = self.turn_box.itemData(row)
+        last = self.turn_box.itemData(self.turn_box.count() - 1)
+        self.show_turn(None if idx == last else idx)
+
+    def statuses(self) -> dict[str, str]:
+        """key → status of the turn shown (for tests and scripted checks)."""
+        if self.record is None or not self.record.turns:
+            return {}
+        idx = self.turn_box.currentData()
+        turn = next((t for t in self.record.turns if t.index == idx), None)
+        return {c["key"]: c["status"] for c in turn.checklist} if turn else {}
+
+
+def _worst(items: list[dict]) -> str:
+    st = {c["status"] for c in items}
+    return "fail" if "fail" in st else "warn" if "warn" in st else "pass"
+
+
+def checklist_html(turn) -> str:
+    rows = []
+    for c in turn.checklist:
+        color = th.STATUS_COLORS.get(c["status"], "#888888")
+        rows.append(
+            f"<tr><td valign='top' width='52'>{badge(c['status'].upper(), color)}</td>"
+            f"<td valign='top'><b>{html.escape(c['title'])}</b><br>{html.escape(c['evidence'])}</td></tr>")
+    head = (f"<p>Turn {turn.index + 1} · policy <b>{html.escape(turn.policy)}</b> · cache "
+            f"<b>{html.escape(turn.cache_impl)}</b> · {html.escape(turn.status)}</p>")
+    return head + "<table cellspacing='0' cellpadding='4' width='100%'>" + "".join(rows) + "</table>"

@@ -1,0 +1,177 @@
+"""The memory lane: KV bytes stacked by device (left axis), process and accelerator memory (right).
+
+Two axes because the scales differ by orders of magnitude: a tiny model's KV is kilobytes
+while the process RSS is hundreds of megabytes; on one axis the KV would be a flat line.
+Offloaded layers show up as bytes on ``cpu`` in the stack, because the record stores the
+device each layer's keys are on at every step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore
+
+from . import theme as th
+from .cache_plot import fixed_axes
+from .plot_items import BytesAxis, StepAxis, StickyRange
+from .series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries, envelope
+
+RSS_COLOR = "#C678DD"
+ALLOC_COLOR = "#E5C07B"
+RESERVED_COLOR = "#D19A66"
+
+
+class MemoryLane:
+    def __init__(self, layout: pg.GraphicsLayout, row: int):
+        self.plot = layout.addPlot(row=row, col=1, axisItems={
+            "bottom": StepAxis("bottom"), "left": BytesAxis("left"), "right": BytesAxis("right")})
+        self.plot.hideButtons()
+        self.plot.setMenuEnabled(False)
+        self.plot.setLabel("left", "KV bytes")
+        self.plot.setLabel("bottom", "step (forward pass)")
+        self.plot.setLabel("right", "process")
+        fixed_axes(self.plot, bottom_values=True)
+        vb = self.plot.getViewBox()
+        vb.setMouseEnabled(x=True, y=False)
+        vb.disableAutoRange()
+        self.kv_range = StickyRange()
+        self.proc_range = StickyRange(headroom=0.1, zero=False)
+        self.plot.showGrid(x=False, y=True, alpha=0.15)
+        # Right axis: a second view box that follows the first in x.
+        self.vb2 = pg.ViewBox()
+        self.vb2.setMouseEnabled(x=False, y=False)
+        self.plot.scene().addItem(self.vb2)
+        self.plot.getAxis("right").linkToView(self.vb2)
+        self.vb2.setXLink(self.plot)
+        self.vb2.disableAutoRange()
+        vb.sigResized.connect(self._sync_views)
+        self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
+                                          verSpacing=-6, horSpacing=14)
+        self.stack: dict[str, pg.PlotDataItem] = {}
+        self._stack_names: list[str] = []
+        self._peaks_key = None
+        self._peak_values: list[float] = []
+        self.rss = pg.PlotDataItem(pen=pg.mkPen(RSS_COLOR, width=1.4), name="RSS")
+        self.alloc = pg.PlotDataItem(pen=pg.mkPen(ALLOC_COLOR, width=1.4), name="accel allocated")
+        self.reserved = pg.PlotDataItem(pen=pg.mkPen(RESERVED_COLOR, width=1.2, style=QtCore.Qt.PenStyle.DashLine),
+                                        name="accel reserved")
+        self.peaks = pg.PlotDataItem(pen=pg.mkPen(RSS_COLOR, width=3), connect="pairs", name="peak per turn")
+        for item in (self.rss, self.alloc, self.reserved, self.peaks):
+            self.vb2.addItem(item)
+            self.legend.addItem(item, item.name())
+        self._accel = False
+        self.alloc.setVisible(False)
+        self.reserved.setVisible(False)
+        self._hide_legend(self.alloc)
+        self._hide_legend(self.reserved)
+
+    def _sync_views(self) -> None:
+        self.vb2.setGeometry(self.plot.getViewBox().sceneBoundingRect())
+        self.vb2.linkedViewChanged(self.plot.getViewBox(), self.vb2.XAxis)
+
+    def _hide_legend(self, item) -> None:
+        self.legend.removeItem(item)
+
+    def reset(self, record) -> None:
+        for item in self.stack.values():
+            self.plot.removeItem(item)
+            self.legend.removeItem(item)
+        self.stack.clear()
+        self._stack_names = []
+        self._peaks_key = None
+        self._peak_values = []
+        self.kv_range.reset()
+        self.proc_range.reset()
+        for item in (self.rss, self.alloc, self.reserved, self.peaks):
+            item.setData([], [])
+        if self._accel:
+            self._hide_legend(self.alloc)
+            self._hide_legend(self.reserved)
+        self._accel = False
+        self.alloc.setVisible(False)
+        self.reserved.setVisible(False)
+
+    def _ensure_stack(self, s: RecordSeries) -> None:
+        names = [name for name, _ in s.device_columns()]
+        if self._stack_names == names:
+            return
+        self._stack_names = names
+        for item in self.stack.values():
+            self.plot.removeItem(item)
+            self.legend.removeItem(item)
+        self.stack.clear()
+        # Largest (top of the stack) first, so each lower band paints over the one above it.
+        for j, name in reversed(list(enumerate(names))):
+            color = pg.mkColor(th.DEVICE_COLORS[0] if name == "cpu" else th.DEVICE_COLORS[1 + j % 5])
+            fill = pg.mkColor(color)
+            fill.setAlpha(150)
+            item = pg.PlotDataItem(pen=pg.mkPen(color, width=1.2), fillLevel=0, brush=fill, name=f"KV on {name}")
+            item.setZValue(-10 - j)
+            self.plot.addItem(item)
+            self.stack[name] = item
+        # Legend in stack order (bottom device first), before the process curves.
+        for name in names:
+            self.legend.removeItem(self.stack[name])
+        for item in (self.rss, self.peaks, self.alloc, self.reserved):
+            self.legend.removeItem(item)
+        for name in names:
+            self.legend.addItem(self.stack[name], f"KV on {name}")
+        self.legend.addItem(self.rss, "RSS")
+        self.legend.addItem(self.peaks, "peak per turn")
+        if self._accel:
+            self.legend.addItem(self.alloc, "accel allocated")
+            self.legend.addItem(self.reserved, "accel reserved")
+
+    def refresh(self, s: RecordSeries, record, turns, a: float, b: float, cols: int) -> None:
+        if s.curves.n == 0:
+            return
+        self._ensure_stack(s)
+        win = s.curves.window(a, b, cols)
+        for name, col in s.device_columns():
+            x, y = envelope(*win, col)
+            self.stack[name].setData(x, y)
+        self.rss.setData(*envelope(*win, RSS))
+        cols_dev = [col for _, col in s.device_columns()]
+        kv_top = float(win[2][:, cols_dev[-1]].max(initial=0)) if cols_dev else 0.0
+        new = self.kv_range.fit(0, max(kv_top, 1024))
+        if new is not None:
+            self.plot.setYRange(*new, padding=0)
+        proc = [RSS] + ([ACCEL_ALLOC, ACCEL_RESERVED] if self._accel else [])
+        if not self._accel and win[2][:, ACCEL_RESERVED].max(initial=0) > 0:
+            self._accel = True  # CUDA/MPS counters: shown only where they exist
+            self.alloc.setVisible(True)
+            self.reserved.setVisible(True)
+            self.legend.addItem(self.alloc, "accel allocated")
+            self.legend.addItem(self.reserved, "accel reserved")
+        if self._accel:
+            self.alloc.setData(*envelope(*win, ACCEL_ALLOC))
+            self.reserved.setData(*envelope(*win, ACCEL_RESERVED))
+            proc = [RSS, ACCEL_ALLOC, ACCEL_RESERVED]
+        key = tuple((t.index, t.status, t.end_step) for t in turns)
+        if key != self._peaks_key:
+            self._peaks_key = key
+            self._peak_values = self._set_peaks(turns)
+        peaks = self._peak_values
+        lo_rows = win[3] if win[3] is not None else win[2]
+        lo = min(float(lo_rows[:, c].min(initial=np.inf)) for c in proc)
+        hi = max([float(win[2][:, c].max(initial=0)) for c in proc] + peaks)
+        new = self.proc_range.fit(lo, hi)
+        if new is not None:
+            self.vb2.setYRange(*new, padding=0)
+
+    def _set_peaks(self, turns) -> list[float]:
+        xs, ys = [], []
+        for t in turns:
+            if t.status == "running" or t.end_step <= t.first_step:
+                continue
+            peak = t.peak_accel_bytes if self._accel and t.peak_accel_bytes else t.peak_rss
+            if peak:
+                xs += [t.first_step, t.end_step - 1]
+                ys += [peak, peak]
+        self.peaks.setData(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64))
+        self.peaks.setPen(pg.mkPen(ALLOC_COLOR if self._accel else RSS_COLOR, width=3))
+        return ys
+
+    def apply_theme(self, t: th.Theme) -> None:
+        pass

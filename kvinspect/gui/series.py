@@ -1,0 +1,229 @@
+"""What the plots draw, derived from a TraceRecord incrementally and decimated to screen width.
+
+A redraw must cost O(pixels), never O(steps): 80 layers × 100k steps is 8M cells, far too
+many to upload per frame. Every series therefore keeps a *pyramid* of max (and min)
+reductions at strides 2, 4, 8, …, updated only for the rows appended since the last frame;
+a view of any x-range picks the level whose column count fits the plot's pixel width and
+slices it (``Pyramid.window``). Rows of a record never change once written (append-only),
+so the views taken under ``record.lock`` stay valid after the lock is released.
+
+Nothing here interprets the cache: the per-step aggregates (mean seen/stored over layers
+with a token axis, KV bytes per device, RSS, accelerator counters) are plain reductions of
+the record's columns, the same sums ``TraceRecord.kv_bytes_by_device`` makes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MIN_COLUMNS = 32  # the coarsest level kept has about this many columns
+
+
+class _Buf:
+    """A 2-D array that grows by doubling; ``view`` is the filled part."""
+
+    __slots__ = ("a", "n")
+
+    def __init__(self, width: int, dtype, cap: int = 256):
+        self.a = np.zeros((cap, width), dtype=dtype)
+        self.n = 0
+
+    def put(self, at: int, rows: np.ndarray) -> None:
+        """Write ``rows`` from row ``at`` on; the buffer then ends after them."""
+        end = at + len(rows)
+        if end > len(self.a):
+            new = np.zeros((max(end, 2 * len(self.a)), self.a.shape[1]), dtype=self.a.dtype)
+            new[: self.n] = self.a[: self.n]
+            self.a = new
+        self.a[at:end] = rows
+        self.n = end
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.a[: self.n]
+
+
+def _pairs(rows: np.ndarray, op) -> np.ndarray:
+    if len(rows) % 2:
+        rows = np.concatenate([rows, rows[-1:]])
+    return op(rows.reshape(len(rows) // 2, 2, rows.shape[1]), axis=1)
+
+
+class Pyramid:
+    """Max (and optionally min) reductions of an append-only ``(n, w)`` array."""
+
+    def __init__(self, width: int, dtype, with_min: bool = False):
+        self.width = int(width)
+        self.dtype = dtype
+        self.with_min = with_min
+        self.raw: np.ndarray = np.zeros((0, self.width), dtype=dtype)
+        self.n = 0
+        self._max: list[_Buf] = []  # _max[k] has stride 2 ** (k + 1)
+        self._min: list[_Buf] = []
+
+    def update(self, raw: np.ndarray) -> None:
+        """Take ``raw`` (all rows so far; rows before ``self.n`` unchanged) and refresh the levels."""
+        n = len(raw)
+        self.raw = raw
+        if n <= self.n:
+            return
+        lo, src_max, src_min, src_n, k = self.n, raw, raw, n, 0
+        while src_n > MIN_COLUMNS:
+            b0 = lo // 2  # first bin that changed (the old last bin may have been partial)
+            if k == len(self._max):  # a new, coarser level: build it whole
+                b0 = 0
+                self._max.append(_Buf(self.width, self.dtype))
+                if self.with_min:
+                    self._min.append(_Buf(self.width, self.dtype))
+            self._max[k].put(b0, _pairs(src_max[2 * b0: src_n], np.max))
+            src_max = self._max[k].view
+            if self.with_min:
+                self._min[k].put(b0, _pairs(src_min[2 * b0: src_n], np.min))
+                src_min = self._min[k].view
+            lo, src_n, k = b0, len(src_max), k + 1
+        self.n = n
+
+    def window(self, a: float, b: float, max_cols: int):
+        """Columns covering steps ``[a, b]``, at most about ``2 * max_cols`` of them.
+
+        Returns ``(x0, stride, hi, lo)``: column ``j`` covers steps ``x0 + j*stride`` to
+        ``x0 + (j+1)*stride - 1``; ``hi``/``lo`` are its max/min rows (``lo`` is None
+        without ``with_min``; at stride 1 both are the raw rows).
+        """
+        n = self.n
+        i0 = max(0, min(n, int(np.floor(a))))
+        i1 = max(i0, min(n, int(np.ceil(b)) + 1))
+        level, stride = 0, 1
+        while (i1 - i0) / stride > max_cols and level < len(self._max):
+            level, stride = level + 1, stride * 2
+        if level == 0:
+            rows = self.raw[i0:i1]
+            return i0, 1, rows, (rows if self.with_min else None)
+        j0, j1 = i0 // stride, -(-i1 // stride)
+        hi = self._max[level - 1].view[j0:j1]
+        lo = self._min[level - 1].view[j0:j1] if self.with_min else None
+        return j0 * stride, stride, hi, lo
+
+
+def envelope(x0: int, stride: int, hi: np.ndarray, lo: np.ndarray | None, col: int):
+    """x/y arrays for one column as a curve: raw points, or a min/max zigzag per bin (peak mode)."""
+    h = hi[:, col].astype(np.float64)
+    if stride == 1 or lo is None:
+        x = x0 + np.arange(len(h), dtype=np.float64) * stride + (stride - 1) / 2
+        return x, h
+    l_ = lo[:, col].astype(np.float64)
+    xc = x0 + np.arange(len(h), dtype=np.float64) * stride + (stride - 1) / 2
+    x = np.repeat(xc, 2)
+    y = np.empty(2 * len(h))
+    y[0::2], y[1::2] = l_, h
+    return x, y
+
+
+# Column layout of RecordSeries.curves
+MEAN_SEEN, MEAN_STORED, KV_TOTAL, RSS, ACCEL_ALLOC, ACCEL_RESERVED = range(6)
+FIXED = 6
+
+
+class RecordSeries:
+    """Everything the plots need from one record, kept up to date by :meth:`update`."""
+
+    def __init__(self, record):
+        self.record = record
+        self.n_layers = record.n_layers
+        self.n = 0
+        self.devices: list[str] = []
+        self.vmax = 1  # largest stored length so far (the heatmap's colour scale)
+        self.stored = Pyramid(self.n_layers, np.int32)
+        self._reset_curves()
+        self._layers: dict[int, tuple[_Buf, Pyramid]] = {}
+        self._raw_views: dict[str, np.ndarray] = {}
+
+    def _reset_curves(self) -> None:
+        self._curve_raw = _Buf(FIXED + len(self.devices), np.float64)
+        self.curves = Pyramid(FIXED + len(self.devices), np.float64, with_min=True)
+        self._curves_n = 0
+
+    # -- update ------------------------------------------------------------------------------
+    def update(self) -> bool:
+        """Consume the rows appended since the last call. True when anything changed."""
+        r = self.record
+        with r.lock:
+            n = r.n_steps
+            devices = list(r.devices)
+            if n == self.n and devices == self.devices:
+                return False
+            v = {name: r.col(name) for name in ("seen", "stored", "dev", "nbytes", "rss", "cache_id",
+                                                 "accel_allocated", "accel_reserved")}
+        self._raw_views = v
+        if devices != self.devices:
+            # A device appeared (offloading, a device map): the stacked columns change; rebuild once.
+            self.devices = devices
+            self._reset_curves()
+        self.stored.update(v["stored"])
+        if n > self.n:
+            new = v["stored"][self.n:n]
+            if len(new):
+                self.vmax = max(self.vmax, int(new.max()))
+        self._extend_curves(v, n)
+        for i, (buf, pyr) in self._layers.items():
+            self._extend_layer(i, buf, pyr, v, n)
+        self.n = n
+        return True
+
+    def _extend_curves(self, v: dict, n: int) -> None:
+        a = self._curves_n
+        if n <= a:
+            return
+        seen, stored = v["seen"][a:n], v["stored"][a:n]
+        ok = seen >= 0  # layers without a token axis (linear, shared) report -1
+        cnt = np.maximum(ok.sum(axis=1), 1)
+        rows = np.zeros((n - a, FIXED + len(self.devices)), dtype=np.float64)
+        rows[:, MEAN_SEEN] = np.where(ok, seen, 0).sum(axis=1) / cnt
+        rows[:, MEAN_STORED] = np.where(stored >= 0, stored, 0).sum(axis=1) / cnt
+        dev, nb = v["dev"][a:n], v["nbytes"][a:n]
+        rows[:, KV_TOTAL] = nb.sum(axis=1)
+        rows[:, RSS] = v["rss"][a:n]
+        rows[:, ACCEL_ALLOC] = v["accel_allocated"][a:n]
+        rows[:, ACCEL_RESERVED] = v["accel_reserved"][a:n]
+        acc = np.zeros(n - a)
+        for code in range(len(self.devices)):  # stacked: column FIXED+j = bytes on devices 0..j
+            acc = acc + np.where(dev == code, nb, 0).sum(axis=1)
+            rows[:, FIXED + code] = acc
+        self._curve_raw.put(a, rows)
+        self.curves.update(self._curve_raw.view)
+        self._curves_n = n
+
+    def _extend_layer(self, i: int, buf: _Buf, pyr: Pyramid, v: dict, n: int) -> None:
+        a = buf.n
+        if n > a and i < self.n_layers:
+            buf.put(a, np.stack([v["seen"][a:n, i], v["stored"][a:n, i]], axis=1))
+            pyr.update(buf.view)
+
+    def layer(self, i: int) -> Pyramid:
+        """Seen (column 0) and stored (column 1) of layer ``i``; built on first use."""
+        if i not in self._layers:
+            buf, pyr = _Buf(2, np.int32), Pyramid(2, np.int32, with_min=True)
+            self._layers[i] = (buf, pyr)
+            if self._raw_views:
+                self._extend_layer(i, buf, pyr, self._raw_views, self.n)
+        return self._layers[i][1]
+
+    def drop_layer(self, i: int) -> None:
+        self._layers.pop(i, None)
+
+    def device_columns(self) -> list[tuple[str, int]]:
+        return [(name, FIXED + j) for j, name in enumerate(self.devices)]
+
+    # -- point reads (hover) -----------------------------------------------------------------
+    def at(self, step: int, layer: int) -> dict | None:
+        """Raw values at one cell, or None outside the data."""
+        v = self._raw_views
+        if not v or not (0 <= step < self.n) or not (0 <= layer < self.n_layers):
+            return None
+        code = int(v["dev"][step, layer])
+        return {
+            "seen": int(v["seen"][step, layer]),
+            "stored": int(v["stored"][step, layer]),
+            "bytes": int(v["nbytes"][step, layer]),
+            "device": self.devices[code] if 0 <= code < len(self.devices) else "-",
+        }

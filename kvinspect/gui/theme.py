@@ -1,0 +1,132 @@
+"""Dark and light themes: the Qt palette, plot colours, and the colours that carry meaning.
+
+Meaningful colours (layer kinds, severities, checklist status) are the same in both themes
+and were picked to stay readable on a dark and a white background; only backgrounds, text
+and grid change with the theme.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6 import QtGui, QtWidgets
+
+#: Layer kinds by what the cache does (static-*/quantized map onto their attention).
+KIND_COLORS = {
+    "full": "#4C8DF6",
+    "sliding": "#F28C28",
+    "chunked": "#B36AF5",
+    "linear": "#21B3A1",
+    "shared": "#8A8F98",
+}
+KIND_ORDER = ("full", "sliding", "chunked", "linear", "shared")
+
+SEVERITY_COLORS = {"info": "#3D9BE9", "warn": "#E3A008", "error": "#E5484D"}
+STATUS_COLORS = {"pass": "#2DA44E", "warn": "#D29922", "fail": "#E5484D", "running": "#8A8F98"}
+#: Text drawn on a STATUS/SEVERITY badge: dark on amber, white elsewhere.
+BADGE_TEXT = {"#E3A008": "#1B1B1B", "#D29922": "#1B1B1B"}
+
+#: Event kinds drawn as markers: (pyqtgraph symbol, colour). Kinds not listed use their severity.
+EVENT_MARKERS = {
+    "window_reached": ("o", "#F28C28"),
+    "chunk_reached": ("o", "#B36AF5"),
+    "cache_recreated": ("t1", "#E5484D"),
+    "duplicate_context": ("d", "#FF6FB5"),
+    "prefix_divergence": ("t", "#E3A008"),
+    "config_override": ("s", "#3DC2EC"),
+    "cache_disabled": ("x", "#E5484D"),
+    "unbounded_window": ("star", "#E3A008"),
+    "cache_fed_without_use_cache": ("p", "#E5484D"),
+    "turn_failed": ("x", "#FF3B3B"),
+    "turn_stopped": ("h", "#8A8F98"),
+}
+
+#: Devices in the memory plot: CPU grey-blue, accelerators green shades, others cycled.
+DEVICE_COLORS = ("#6C8EBF", "#2DA44E", "#7DD87D", "#C9A227", "#B36AF5", "#21B3A1")
+
+
+def kind_base(kind: str | None) -> str:
+    """``static-sliding`` → ``sliding``; ``quantized`` → ``full`` (quantized caches are full only)."""
+    k = (kind or "full").removeprefix("static-")
+    if k == "quantized":
+        return "full"
+    return k if k in KIND_COLORS else "full"
+
+
+def kind_color(kind: str | None) -> str:
+    return KIND_COLORS[kind_base(kind)]
+
+
+def badge_text_color(bg: str) -> str:
+    return BADGE_TEXT.get(bg, "#FFFFFF")
+
+
+@dataclass(frozen=True)
+class Theme:
+    name: str
+    window: str
+    base: str
+    alt_base: str
+    text: str
+    dim_text: str
+    button: str
+    highlight: str
+    plot_bg: str
+    plot_fg: str
+    grid_alpha: float
+    turn_line: str
+    cursor: str
+    region: str  # veil + hatch over cells whose layer stopped growing; "#RRGGBBAA" (pyqtgraph order)
+
+
+DARK = Theme(
+    name="dark", window="#1F2023", base="#16171A", alt_base="#1B1C20", text="#E4E6EB", dim_text="#9AA0A6",
+    button="#2A2C31", highlight="#3D7EFF", plot_bg="#131417", plot_fg="#C3C7CE", grid_alpha=0.18,
+    turn_line="#9AA0A6", cursor="#FFD60A", region="#FFFFFF40",
+)
+LIGHT = Theme(
+    name="light", window="#F3F4F6", base="#FFFFFF", alt_base="#F7F8FA", text="#1F2328", dim_text="#59636E",
+    button="#E9EBEF", highlight="#2F6FEB", plot_bg="#FFFFFF", plot_fg="#30363D", grid_alpha=0.22,
+    turn_line="#6E7781", cursor="#D97706", region="#FFFFFF55",
+)
+THEMES = {"dark": DARK, "light": LIGHT}
+
+
+def get(name: str) -> Theme:
+    return THEMES.get(name, DARK)
+
+
+def apply_palette(app: QtWidgets.QApplication, theme: Theme) -> None:
+    """Fusion + a full palette: readable in either theme whatever the desktop's own style is."""
+    app.setStyle("Fusion")
+    c = QtGui.QColor
+    p = QtGui.QPalette()
+    role, grp = QtGui.QPalette.ColorRole, QtGui.QPalette.ColorGroup
+    p.setColor(role.Window, c(theme.window))
+    p.setColor(role.WindowText, c(theme.text))
+    p.setColor(role.Base, c(theme.base))
+    p.setColor(role.AlternateBase, c(theme.alt_base))
+    p.setColor(role.Text, c(theme.text))
+    p.setColor(role.Button, c(theme.button))
+    p.setColor(role.ButtonText, c(theme.text))
+    p.setColor(role.ToolTipBase, c(theme.base))
+    p.setColor(role.ToolTipText, c(theme.text))
+    p.setColor(role.PlaceholderText, c(theme.dim_text))
+    p.setColor(role.Highlight, c(theme.highlight))
+    p.setColor(role.HighlightedText, c("#FFFFFF"))
+    p.setColor(role.Link, c(theme.highlight))
+    p.setColor(role.BrightText, c("#FF5555"))
+    dark = theme.name == "dark"
+    p.setColor(role.Light, c("#3A3D44" if dark else "#FFFFFF"))
+    p.setColor(role.Midlight, c("#303238" if dark else "#E3E5E8"))
+    p.setColor(role.Mid, c("#2A2C31" if dark else "#C9CDD2"))
+    p.setColor(role.Dark, c("#101113" if dark else "#A0A5AB"))
+    p.setColor(role.Shadow, c("#000000" if dark else "#7A7F85"))
+    for r in (role.WindowText, role.Text, role.ButtonText):
+        p.setColor(grp.Disabled, r, c("#6B7078" if dark else "#A4AAB0"))
+    p.setColor(grp.Disabled, role.Button, c("#24262A" if dark else "#EEF0F2"))
+    app.setPalette(p)
+    # Tooltips keep the platform's own colours in some styles; say it once here.
+    app.setStyleSheet(
+        f"QToolTip {{ color: {theme.text}; background: {theme.base}; border: 1px solid {theme.dim_text}; }}"
+    )
