@@ -1,0 +1,249 @@
+"""`kvinspect trace -- python script.py`: unmodified programs observed in a child process.
+
+Each test starts real processes (kvinspect, then the traced Python), so they are grouped: the
+example programs run together through resources/examples/run_all.py (one model load), and each
+turn is attributed to its example by the file:line kvinspect records for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kvinspect.core.tracefile import TraceReader, read_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES_DIR = ROOT / "resources" / "examples"
+EXPECTED = {k: v for k, v in json.loads((EXAMPLES_DIR / "expected.json").read_text()).items() if k.endswith(".py")}
+
+
+def kvinspect_trace(out: Path, *cmd, env=None, timeout=900, extra=()):
+    return subprocess.run([sys.executable, "-m", "kvinspect", "trace", "--out", str(out), *extra, "--", *cmd],
+                          capture_output=True, text=True, env=env, timeout=timeout, cwd=out.parent)
+
+
+def problems_by_example(record) -> dict[str, dict[str, list[int]]]:
+    """{example file: {kind: [turn numbers counted from the example's first turn]}}."""
+    first: dict[str, int] = {}
+    out: dict[str, dict[str, set[int]]] = {}
+    for t in record.turns:
+        name = t.settings["where"].split(":")[0]
+        first.setdefault(name, t.index)
+        out.setdefault(name, {})
+    for e in record.events:
+        if e.is_problem:
+            name = record.turns[e.turn].settings["where"].split(":")[0]
+            out[name].setdefault(e.kind, set()).add(e.turn - first[name] + 1)
+    return {n: {k: sorted(v) for k, v in kinds.items()} for n, kinds in out.items()}
+
+
+def _check_examples(tmp_path, spec: str, max_new_tokens: int, model_kind: str):
+    out = tmp_path / "examples"
+    r = kvinspect_trace(out, sys.executable, str(EXAMPLES_DIR / "run_all.py"), "--model", spec,
+                        "--max-new-tokens", str(max_new_tokens))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("== ") == len(EXPECTED)  # the program's own output, untouched
+    rec = read_trace(out / "trace.jsonl")
+    assert rec.notes == [] and all(t.status == "ok" for t in rec.turns)
+    got = problems_by_example(rec)
+    assert got == {name: EXPECTED[name][model_kind] for name in EXPECTED}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["problems"] == sorted({k for name in EXPECTED for k in EXPECTED[name][model_kind]})
+    assert "events:" in r.stderr and "prefix_divergence" in r.stderr  # the report went to stderr
+
+
+def test_trace_names_each_example_mistake_on_a_windowed_model(tmp_path):
+    _check_examples(tmp_path, "tiny-mistral", 8, "windowed")
+
+
+@pytest.fixture()
+def smollm2_fetched():
+    """SmolLM2 on disk; the child process loads it (no need to load it here too)."""
+    from kvinspect.core.fetch import is_fetched
+
+    if not is_fetched("smollm2"):
+        if os.environ.get("KVINSPECT_REQUIRE_SMOLLM2"):
+            pytest.fail("SmolLM2 is not fetched (run: kvinspect models fetch smollm2)")
+        pytest.skip("SmolLM2 not fetched (kvinspect models fetch smollm2)")
+
+
+@pytest.mark.smollm2
+@pytest.mark.timeout(900)  # one child process: load SmolLM2 (~15 s), then every example, 4 new tokens a turn
+def test_trace_names_each_example_mistake_on_smollm2(tmp_path, smollm2_fetched):
+    _check_examples(tmp_path, "smollm2", 4, "full")
+
+
+def test_single_example_script_output_and_exit_code_pass_through(tmp_path):
+    script = EXAMPLES_DIR / "mistake_cache_in_loop.py"
+    args = [sys.executable, str(script), "--model", "tiny-llama", "--max-new-tokens", "5"]
+    plain = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    r = kvinspect_trace(tmp_path / "out", *args)
+    assert r.returncode == plain.returncode == 0
+    assert r.stdout == plain.stdout  # byte for byte: kvinspect writes only to stderr
+    rec = read_trace(tmp_path / "out")
+    assert {e.kind for e in rec.events if e.is_problem} == {"cache_recreated"}
+    assert rec.header["observed"]["mode"] == "trace"
+    assert rec.header["command"][:3] == ["kvinspect", "trace", "--"]
+    assert "cache_recreated" in r.stderr and str(tmp_path / "out" / "trace.jsonl") in r.stderr
+
+
+PROGRAM = textwrap.dedent('''
+    import os, sys
+    import torch
+    from kvinspect.core.loading import load_model
+
+    print("user sitecustomize ran:", os.environ.get("USER_SITECUSTOMIZE_RAN"))
+    print("boot folder on sys.path:", any("_trace_boot" in p for p in sys.path))
+    names = sys.argv[2:] or ["tiny-llama"]
+    for name in names:
+        lm = load_model(name, device="cpu")
+        ids = lm.tokenizer("hello there", return_tensors="pt")["input_ids"]
+        out = lm.model.generate(input_ids=ids, max_new_tokens=3, do_sample=False)
+        print(name, out[0, -3:].tolist())
+    sys.stderr.write("my own stderr line\\n")
+    mode = sys.argv[1]
+    if mode == "crash-inside":
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        class Boom(StoppingCriteria):
+            calls = 0
+            def __call__(self, input_ids, scores, **kw):
+                Boom.calls += 1
+                if Boom.calls == 2:
+                    raise RuntimeError("boom inside generate")
+                return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        lm.model.generate(input_ids=ids, max_new_tokens=6, stopping_criteria=StoppingCriteriaList([Boom()]))
+    elif mode == "crash-after":
+        raise ValueError("boom after the model ran")
+    sys.exit(int(mode))
+''')
+
+
+@pytest.fixture()
+def program(tmp_path):
+    p = tmp_path / "prog.py"
+    p.write_text(PROGRAM)
+    site = tmp_path / "usersite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE_RAN'] = 'yes'\n")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    return p, env
+
+
+def test_exit_code_stdout_and_an_existing_sitecustomize_are_kept(tmp_path, program):
+    p, env = program
+    plain = subprocess.run([sys.executable, str(p), "3"], capture_output=True, text=True, env=env, timeout=600)
+    r = kvinspect_trace(tmp_path / "out", sys.executable, str(p), "3", env=env)
+    assert plain.returncode == r.returncode == 3
+    assert r.stdout == plain.stdout
+    assert "user sitecustomize ran: yes" in r.stdout and "boot folder on sys.path: False" in r.stdout
+    assert r.stderr.startswith("kvinspect: tracing") and "my own stderr line" in r.stderr
+    rec = read_trace(tmp_path / "out")
+    assert len(rec.turns) == 1 and rec.turns[0].new_tokens == 3 and rec.turns[0].status == "ok"
+
+
+@pytest.mark.parametrize("mode", ["crash-inside", "crash-after"])
+def test_a_crashing_script_leaves_a_readable_trace_and_its_exit_code(tmp_path, program, mode):
+    p, env = program
+    r = kvinspect_trace(tmp_path / "out", sys.executable, str(p), mode, env=env)
+    assert r.returncode == 1
+    assert "Traceback" in r.stderr and "boom" in r.stderr  # the script's own traceback, as Python printed it
+    rec = read_trace(tmp_path / "out")
+    crash = rec.header["notes"]["crash"]
+    assert "boom" in crash["error"]
+    if mode == "crash-inside":
+        assert [t.status for t in rec.turns] == ["ok", "failed"] and crash["in_turn"]
+        assert rec.turns[1].end_step - rec.turns[1].first_step == 2  # the forwards made before the crash
+        assert "RuntimeError: boom inside generate" in rec.turns[1].error
+    else:
+        assert [t.status for t in rec.turns] == ["ok"] and not crash["in_turn"]
+    assert (tmp_path / "out" / "summary.json").is_file()
+
+
+def test_two_models_get_two_clearly_named_traces(tmp_path, program):
+    p, env = program
+    r = kvinspect_trace(tmp_path / "out", sys.executable, str(p), "0", "tiny-mistral", "tiny-llama", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    names = sorted(x.name for x in (tmp_path / "out").iterdir())
+    assert names == ["summary-llama.json", "summary.json", "trace-llama.jsonl", "trace.jsonl"]
+    assert read_trace(tmp_path / "out" / "trace.jsonl").header["model"]["class"] == "MistralForCausalLM"
+    assert read_trace(tmp_path / "out" / "trace-llama.jsonl").header["model"]["class"] == "LlamaForCausalLM"
+
+
+def test_a_script_without_a_model_says_nothing_observed(tmp_path):
+    p = tmp_path / "plain.py"
+    p.write_text("print('no model here')\nraise SystemExit(5)\n")
+    r = kvinspect_trace(tmp_path / "out", sys.executable, str(p))
+    assert r.returncode == 5 and r.stdout == "no model here\n"
+    assert "nothing observed" in r.stderr
+    assert not (tmp_path / "out").exists()  # the folder kvinspect created for it is gone again
+
+
+def test_usage_mistakes_are_one_line_and_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kvinspect", "trace"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing to run" in r.stderr
+    r = kvinspect_trace(tmp_path / "out", "no-such-program-kvinspect")
+    assert r.returncode == 2 and "command not found: no-such-program-kvinspect" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+LIVE = textwrap.dedent('''
+    import sys, time
+    from pathlib import Path
+    from kvinspect.core.loading import load_model
+
+    lm = load_model("tiny-gemma3", device="cpu")
+    ids = lm.tokenizer("hello there", return_tensors="pt")["input_ids"]
+    lm.model.generate(input_ids=ids, max_new_tokens=4, do_sample=False)
+    flag = Path(sys.argv[1])
+    deadline = time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline:  # the program idles, like a chat waiting for input
+        time.sleep(0.05)
+    lm.model.generate(input_ids=ids, max_new_tokens=3, do_sample=False)
+''')
+
+
+def _wait_for(pred, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def test_a_follower_sees_turns_while_the_traced_program_runs(tmp_path):
+    p = tmp_path / "live.py"
+    p.write_text(LIVE)
+    flag = tmp_path / "go"
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "kvinspect", "trace", "--out", str(out), "--", sys.executable,
+                             str(p), str(flag)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: (out / "trace.jsonl").is_file() and (out / "trace.jsonl").stat().st_size > 0)
+        follower = TraceReader(out)
+
+        def first_turn_closed():
+            follower.poll()
+            rec = follower.record
+            return rec is not None and rec.turns and rec.turns[0].status == "ok"
+
+        # generate() returned and the program waits: the turn is closed and on disk while it still runs.
+        assert _wait_for(first_turn_closed)
+        assert proc.poll() is None and not follower.ended and follower.record.n_steps == 4
+        flag.write_text("go")
+        assert proc.wait(timeout=300) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    follower.poll()
+    assert follower.ended and [t.status for t in follower.record.turns] == ["ok", "ok"]
+    assert follower.record.n_steps == 7
