@@ -239,7 +239,8 @@ def _window_events(ctx: TurnContext, record, cached) -> list[Event]:
     seen = np.stack([s.seen for s in cached])
     stored = np.stack([s.stored for s in cached])
     cache_id = cached[-1].cache_id
-    step_of = [ctx.first_step + ctx.samples.index(s) for s in cached]
+    # By position, not samples.index(): that is O(n²) per turn and compares numpy fields.
+    step_of = [ctx.first_step + k for k, s in enumerate(ctx.samples) if s.cache_id]
     already = {(e.kind, e.data.get("cache_id"), lay) for e in record.events for lay in e.layers
                if e.kind in (WINDOW_REACHED, CHUNK_REACHED, UNBOUNDED_WINDOW)}
     groups: dict[tuple, list[int]] = {}
@@ -353,9 +354,18 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
 
     # 3. attention windows and whether each layer reached them
     rows = [r for r in _attention_rows(ctx) if r[2] in ("sliding", "chunked") or r[1] in ("sliding", "chunked")]
+    # The unbounded_window event fires once per cache object; the checklist states every turn.
+    last = cached[-1] if cached else None
+    unbounded = [r for r in rows if last is not None and r[1] == "full" and r[3] and r[0] < len(last.stored)
+                 and last.stored[r[0]] >= r[3]]
     if UNBOUNDED_WINDOW in kinds:
         ev = next(e for e in events if e.kind == UNBOUNDED_WINDOW)
         items.append(_item("window", "Attention window applied", "warn", ev.message))
+    elif unbounded:
+        ls = [r[0] for r in unbounded]
+        items.append(_item("window", "Attention window applied", "warn",
+                           f"layers {_ranges(ls)} are {unbounded[0][2]} with a window of {unbounded[0][3]} in the model "
+                           f"config, but their cache keeps everything: {int(last.stored[ls[0]])} tokens stored"))
     elif not rows:
         items.append(_item("window", "Attention window applied", "pass", "no sliding or chunked layers: all full attention"))
     else:

@@ -289,6 +289,9 @@ class CacheProbe:
                 nbytes[i] = 2 * k.numel() * k.element_size()
                 continue
             keys = layer.keys
+            if reader == "quant":
+                # The data lives in the quantized tensors; ``keys`` is only the unquantized residual.
+                keys, extra = _quant_main(layer)
             has = keys is not None and keys.dim() == 4
             rows = int(keys.shape[-2]) if has else 0
             if reader == "dyn":
@@ -305,10 +308,15 @@ class CacheProbe:
                 s = int(getattr(layer, "cumulative_length", 0) or 0)
                 stored[i] = s
             seen[i] = s
+            if reader == "quant":
+                if keys is not None:
+                    dev[i] = self.dev_code(keys.device)
+                nbytes[i] = extra
+                continue
             if has:
                 dev[i] = self.dev_code(keys.device)
                 rb = st.row_bytes.get(i)
-                if rb is None or reader == "quant":
+                if rb is None:
                     shp = keys.shape
                     rb = 2 * shp[0] * shp[1] * shp[3] * keys.element_size()
                     st.row_bytes[i] = rb
@@ -411,6 +419,10 @@ def _tensors_of(layer) -> list:
 
     def visit(obj, depth: int) -> None:
         if isinstance(obj, torch.Tensor):
+            # 0-d integer tensors are bookkeeping (5.x sliding layers keep ``_sliding_window_tensor``),
+            # not K/V data; 0-d float ones are kept (fp8 scales belong to the quantized payload).
+            if obj.dim() == 0 and not obj.is_floating_point():
+                return
             if id(obj) not in seen_ids:
                 seen_ids.add(id(obj))
                 found.append(obj)
@@ -429,6 +441,29 @@ def _tensors_of(layer) -> list:
             continue
         visit(val, 0)
     return found
+
+
+def _quant_main(layer):
+    """``(tensor for the device, K/V bytes)`` of a quantized layer, from shapes only (no sync).
+
+    fp8 keeps ``(data, scale)`` tuples in ``_quantized_keys/_values``; quanto/hqq keep their own
+    objects there, whose bytes only the end-of-turn walk can count: the residual is used then.
+    """
+    total = 0
+    main = None
+    for name in ("_quantized_keys", "_quantized_values", "keys", "values"):
+        t = getattr(layer, name, None)
+        if isinstance(t, (tuple, list)) and t:
+            t = t[0]
+        if t is None or not hasattr(t, "element_size") or not hasattr(t, "numel"):
+            continue
+        try:
+            total += t.numel() * t.element_size()
+        except (RuntimeError, TypeError):
+            continue
+        if main is None and t.dim() == 4:
+            main = t
+    return main, total
 
 
 def _held_bytes(tensors) -> int:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import ScriptError
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass
@@ -20,19 +25,20 @@ class GenerationSettings:
     seed: int | None = 0
 
     def validate(self) -> GenerationSettings:
-        if not (isinstance(self.max_new_tokens, int) and 1 <= self.max_new_tokens <= 1_000_000):
+        # bool is an int to Python, but `"max_new_tokens": true` is a mistake, not 1.
+        if not (_is_int(self.max_new_tokens) and 1 <= self.max_new_tokens <= 1_000_000):
             raise ScriptError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
         if not isinstance(self.do_sample, bool):
             raise ScriptError(f"do_sample must be true or false, got {self.do_sample!r}")
         for name in ("temperature", "top_p"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
                 raise ScriptError(f"{name} must be a positive number, got {v!r}")
         if self.top_p > 1:
             raise ScriptError(f"top_p must be at most 1, got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        if not _is_int(self.top_k) or self.top_k < 0:
             raise ScriptError(f"top_k must be a non-negative integer, got {self.top_k!r}")
-        if self.seed is not None and not isinstance(self.seed, int):
+        if self.seed is not None and not _is_int(self.seed):
             raise ScriptError(f"seed must be an integer or null, got {self.seed!r}")
         return self
 
@@ -96,7 +102,7 @@ def load_script(path: str | os.PathLike) -> ChatScript:
     if not p.is_file():
         raise ScriptError(f"script not found: {path}")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not an error
     except UnicodeDecodeError:
         raise ScriptError(f"{path}: not UTF-8 text") from None
     try:

@@ -9,6 +9,7 @@ detectors and appends everything to the :class:`~.record.TraceRecord` (and the t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
@@ -181,7 +182,9 @@ class ChatSession:
         self.cache_kw = compat.cache_kwarg(self.model)
         self._apply_generation_config_overrides()
         self.probe = CacheProbe(self.model.config)
-        self.memory = MemorySampler(loaded.device)
+        # RSS at most 4 times a second: inside generate() each read costs ~0.1 ms, over a third of the
+        # hook's time (benchmarks/observer_overhead.py); the step after a long prefill still reads it.
+        self.memory = MemorySampler(loaded.device, rss_every_s=0.25)
         self.record = record or TraceRecord(self.probe.n_layers, self._header(command))
         self.writer = TraceWriter(trace_path, self.record) if trace_path else None
         self._flush_every = flush_every_s
@@ -198,11 +201,38 @@ class ChatSession:
 
     # -- setup ----------------------------------------------------------------------------
     def _apply_generation_config_overrides(self) -> None:
+        """Check the overrides now; they take effect only while a turn runs (:meth:`_generation_config_scope`)."""
         gc = getattr(self.model, "generation_config", None)
-        for key, value in (self.options.generation_config or {}).items():
+        for key in self.options.generation_config or {}:
             if gc is None or not hasattr(gc, key) and key not in ("cache_implementation", "cache_config"):
                 raise ScriptError(f"generation config has no field {key!r}")
-            setattr(gc, key, value)
+
+    @contextlib.contextmanager
+    def _generation_config_scope(self):
+        """Apply the overrides to ``model.generation_config`` for one turn, then restore it.
+
+        generate() fills every unset field of a ``generation_config=`` it is given from
+        ``model.generation_config``, so the model's own object is the only place where an override,
+        or clearing a colliding ``cache_implementation``, takes effect. Restoring it afterwards keeps
+        the loaded model as the checkpoint made it for the next session (the GUI reuses models).
+        """
+        gc = getattr(self.model, "generation_config", None)
+        if gc is None:
+            yield
+            return
+        missing = object()
+        keys = set(self.options.generation_config or {}) | {"cache_implementation"}
+        saved = {k: copy.deepcopy(gc.__dict__.get(k, missing)) for k in keys}
+        try:
+            for key, value in (self.options.generation_config or {}).items():
+                setattr(gc, key, value)
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is missing:
+                    gc.__dict__.pop(key, None)
+                else:
+                    setattr(gc, key, value)
 
     def _header(self, command: list[str] | None) -> dict:
         o = self.options
@@ -221,7 +251,7 @@ class ChatSession:
                 "load_seconds": round(self.loaded.load_seconds, 3),
                 "notes": list(self.loaded.notes),
                 "config": env.cache_config(cfg),
-                "generation_config": env.generation_config(self.model),
+                "generation_config": self._effective_generation_config(),
             },
             "device": self.loaded.device,
             "memory": self.memory.describe(),
@@ -231,6 +261,8 @@ class ChatSession:
                 "cache_impl": o.cache_impl,
                 "system": o.system,
                 "chat_template": o.chat_template_name,
+                # The text too: a report bundles it so the run reproduces on another machine.
+                "chat_template_text": o.chat_template,
                 "max_cache_len": o.max_cache_len,
                 "generation_config_overrides": dict(o.generation_config),
                 "respect_generation_config": o.respect_generation_config,
@@ -238,6 +270,10 @@ class ChatSession:
             },
             "command": command,
         }
+
+    def _effective_generation_config(self) -> dict:
+        with self._generation_config_scope():
+            return env.generation_config(self.model)
 
     # -- observer sink ----------------------------------------------------------------------
     def _on_sample(self, s: StepSample) -> None:
@@ -343,10 +379,11 @@ class ChatSession:
         try:
             self.memory.reset_peak()
             self.observer.enabled = True
-            if policy == "refeed":
-                new_ids = self._run_refeed(prompt, ctx, streamer, stop)
-            else:
-                new_ids = self._run_generate(prompt, ctx, streamer, stop)
+            with self._generation_config_scope():
+                if policy == "refeed":
+                    new_ids = self._run_refeed(prompt, ctx, streamer, stop)
+                else:
+                    new_ids = self._run_generate(prompt, ctx, streamer, stop)
             turn.status = "stopped" if stop() else "ok"
         except Exception as exc:  # noqa: BLE001 - a failed turn is recorded, never fatal
             turn.status = "failed"
@@ -415,10 +452,11 @@ class ChatSession:
         ctx.config_collision = str(impl)
         if self.options.respect_generation_config:
             return None
-        fixed = copy.deepcopy(gc)
-        fixed.cache_implementation = None
+        # Cleared on the model's own config (restored after the turn by _generation_config_scope):
+        # a cleared copy passed as generation_config= would be refilled from it by generate().
+        gc.cache_implementation = None
         ctx.config_cleared = True
-        return fixed
+        return None
 
     def _run_generate(self, prompt: list[int], ctx: TurnContext, streamer, stop) -> list[int]:
         import torch
@@ -513,6 +551,12 @@ class ChatSession:
                     f"{self.max_cache_len} ({type(exc).__name__}: {text[:120]})")
         if "cache_implementation" in text:
             return f"generation_config collision: {text[:200]}"
+        held = _cached_length(self.cache)
+        if held is not None and held >= len(prompt) and not self._turn_samples:
+            # Failed before its first forward: generate() slices the cached length off the prompt
+            # and nothing was left to feed (a cache that swallowed whole sequences, use_cache=False).
+            return (f"the cache passed in already held {held} tokens, not fewer than this turn's {len(prompt)}-token "
+                    f"prompt, so generate() had nothing left to feed ({type(exc).__name__}: {text[:120]})")
         return f"{type(exc).__name__}: {text[:300]}"
 
     def _finish_turn(self, turn: TurnRecord, ctx: TurnContext, prompt, new_ids, streamer, t0, t1) -> None:
@@ -593,6 +637,7 @@ class ChatSession:
         self.history = []
         self.cache = None
         self.cached_ids = []
+        self.last_cache_id = None  # a new chat's new cache is not a "recreated" one
 
     def close(self) -> None:
         if self._closed:
@@ -607,6 +652,15 @@ class ChatSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _cached_length(cache) -> int | None:
+    if cache is None:
+        return None
+    try:
+        return int(cache.get_seq_length())
+    except Exception:  # noqa: BLE001 - only used to explain a failure
+        return None
 
 
 def _pick(logits, s: GenerationSettings, gen) -> int:
