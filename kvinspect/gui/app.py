@@ -116,6 +116,37 @@ def run_from_args(args, argv: list[str] | None = None) -> int:
     return app.exec()
 
 
+def open_viewer(record=None, path: str | None = None, follow: str | None = None, source=None,
+                theme: str | None = None, settings=None, persist: bool | None = None):
+    """A window showing a trace: ``record`` read from ``path`` (view mode) or ``follow`` (a file or folder).
+
+    Returns ``(app, window)`` without running the event loop (``kvinspect view`` runs it; tests don't).
+    The window's own session is empty until a model is loaded from it ("Back to live session").
+    """
+    from ..core.settings import load_settings
+    from .reporting import configure_logging, install_excepthook
+
+    settings = settings or load_settings()
+    if theme:
+        settings.theme = theme
+    app, win = create(exec_app=False, settings=settings,
+                      persist=("pytest" not in sys.modules) if persist is None else persist)
+    if "pytest" not in sys.modules:
+        configure_logging()
+        install_excepthook(win.errors)
+    if follow is not None:
+        win.follow_trace(follow, source)
+    elif record is not None:
+        win.viewer.show(record, path or "trace.jsonl")
+    return app, win
+
+
+def run_viewer(**kwargs) -> int:
+    """``kvinspect view``: the window on a trace, until it is closed."""
+    app, _win = open_viewer(**kwargs)
+    return app.exec()
+
+
 def main() -> int:
     from ..cli import main as cli_main
 

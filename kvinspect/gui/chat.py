@@ -72,6 +72,16 @@ class ChatPanel(QtWidgets.QWidget):
         self.transcript.setOpenLinks(False)
         self.transcript.anchorClicked.connect(self._on_anchor)
         self.transcript.setPlaceholderText("The conversation appears here, as it is generated.")
+        # A saved or followed trace shows its own conversation here; the live one is kept as it is.
+        self.replay = QtWidgets.QTextBrowser()
+        self.replay.setOpenLinks(False)
+        self.replay.anchorClicked.connect(self._on_anchor)
+        self.replay.setPlaceholderText("No turn recorded yet.")
+        self._replay_key = None
+        self.pages = QtWidgets.QStackedWidget()
+        self.pages.addWidget(self.transcript)
+        self.pages.addWidget(self.replay)
+        self.read_only = False
 
         self.policy = _combo(POLICIES, POLICY_HELP)
         self.policy.setToolTip("How the next turn handles the cache (the correct reuse, or a classic mistake)")
@@ -116,6 +126,7 @@ class ChatPanel(QtWidgets.QWidget):
         form.setColumnStretch(3, 1)
         settings = QtWidgets.QGroupBox("Next turn")
         settings.setLayout(form)
+        self.settings_box = settings
 
         self.input = ChatInput()
         self.input.setPlaceholderText("Message (Enter sends, Shift+Enter for a new line)")
@@ -140,7 +151,7 @@ class ChatPanel(QtWidgets.QWidget):
         box.setContentsMargins(6, 4, 6, 6)
         box.setSpacing(4)
         box.addWidget(self.system)
-        box.addWidget(self.transcript, 1)
+        box.addWidget(self.pages, 1)
         box.addWidget(settings)
         box.addWidget(self.input)
         box.addLayout(buttons)
@@ -152,10 +163,64 @@ class ChatPanel(QtWidgets.QWidget):
 
     # -- state ------------------------------------------------------------------------------
     def set_state(self, loaded: bool, busy: bool, generating: bool = False) -> None:
-        self.send_button.setEnabled(loaded and not busy)
-        self.input.setEnabled(loaded)
-        self.stop_button.setEnabled(generating)
-        self.new_button.setEnabled(loaded and not busy)
+        live = not self.read_only
+        self.send_button.setEnabled(live and loaded and not busy)
+        self.input.setEnabled(live and loaded)
+        self.stop_button.setEnabled(live and generating)
+        self.new_button.setEnabled(live and loaded and not busy)
+        for w in (self.system, self.settings_box):
+            w.setEnabled(live)
+
+    def set_read_only(self, on: bool, what: str = "viewing a trace") -> None:
+        """Viewing a trace: its conversation replaces the live one on screen; nothing can be sent."""
+        self.read_only = bool(on)
+        self.pages.setCurrentWidget(self.replay if on else self.transcript)
+        self.input.setPlaceholderText(
+            f"Read-only: {what}. File → Back to live session to chat." if on
+            else "Message (Enter sends, Shift+Enter for a new line)")
+        if not on:
+            self.replay.clear()
+            self._replay_key = None
+
+    def show_record(self, record, step: int | None = None, growing: bool = False) -> None:
+        """The recorded conversation up to the turn of ``step`` (all of it when None); redrawn when it changed.
+
+        ``growing``: the file is still being written (follow mode), so an open turn is generating.
+        """
+        if record is None:
+            self.replay.clear()
+            self._replay_key = None
+            return
+        with record.lock:
+            turns = [t for t in record.turns if step is None or t.first_step <= step]
+            events = list(record.events)
+        current = turns[-1].index if turns and step is not None else None
+        key = (id(record), tuple((t.index, t.status, len(t.reply)) for t in turns), len(events), current,
+               growing, self._theme.name)
+        if key == self._replay_key:
+            return
+        self._replay_key = key
+        t = self._theme
+        out = []
+        system = ((record.header.get("session") or {}).get("system") or "").strip()
+        if system:
+            out.append(f"<p><span style='color:{t.dim_text}'>System: {_para(system)}</span></p>")
+        for turn in turns:
+            mark = f" <span style='color:{t.highlight}'>◀ step shown</span>" if turn.index == current else ""
+            out.append(f"<p><span style='color:{t.highlight}; font-weight:bold'>You</span>"
+                       f"<span style='color:{t.dim_text}'> · turn {turn.index + 1} · {html.escape(turn.policy)}/"
+                       f"{html.escape(turn.cache_impl)}</span>{mark}<br>{_para(turn.user)}</p>")
+            missing = "(generating…)" if turn.status == "running" and growing else "(no reply recorded)"
+            reply = _para(turn.reply) if turn.reply else f"<span style='color:{t.dim_text}'><i>{missing}</i></span>"
+            out.append(f"<p><span style='color:{th.KIND_COLORS['sliding']}; font-weight:bold'>Model</span><br>"
+                       f"<span style='color:{t.text}'>{reply}</span></p>")
+            if turn.status != "running":
+                out.append(f"<p>{turn_line_html(turn, [e for e in events if e.turn == turn.index], t)}</p>")
+        bar = self.replay.verticalScrollBar()
+        at_end = bar.value() >= bar.maximum() - 4
+        self.replay.setHtml("".join(out))
+        if at_end or current is not None:
+            bar.setValue(bar.maximum())
 
     def settings(self) -> GenerationSettings:
         return GenerationSettings(
@@ -247,6 +312,10 @@ class ChatPanel(QtWidgets.QWidget):
                 self.turnClicked.emit(int(url.path() or url.host()))
             except ValueError:
                 pass
+
+
+def _para(text: str) -> str:
+    return html.escape(text).replace("\n", "<br>")
 
 
 def _fmt(v, unit: str = " s", nd: int = 2) -> str:

@@ -50,6 +50,21 @@ def model_summary(info) -> str:
             f"[{kinds_summary(kinds)}]{win} · {info.device} · {info.dtype}")
 
 
+def trace_model_summary(record) -> str:
+    """The toolbar line for a trace being viewed: its model, from the trace header."""
+    m = record.header.get("model") or {}
+    layers = record.header.get("layers") or []
+    kinds = tuple(lay.get("config_attention", "full") for lay in layers)
+    windows = sorted({lay.get("window") for lay in layers if lay.get("window")})
+    chips = " ".join(f"<span style='color:{th.kind_color(k)}'>■</span>"
+                     for k in th.KIND_ORDER if k in {th.kind_base(x) for x in kinds})
+    win = f" · window {', '.join(map(str, windows))}" if windows else ""
+    name = m.get("name") or m.get("spec") or "unknown model"
+    dev, dtype, cls = (html.escape(str(m.get(k) or "?")) for k in ("device", "dtype", "class"))
+    return (f"<i>trace of</i> <b>{html.escape(str(name))}</b> · {cls} · {record.n_layers} layers {chips} "
+            f"[{kinds_summary(kinds)}]{win} · {dev} · {dtype}")
+
+
 def elide(path: str | None, n: int = 48) -> str:
     if not path:
         return ""

@@ -46,6 +46,7 @@ class EventsPanel(QtWidgets.QWidget):
     """Every detector event; selecting one shows its explanation and advice and jumps the plots."""
 
     eventSelected = QtCore.Signal(int)  # index into record.events
+    copyRequested = QtCore.Signal(int)  # "Copy as Markdown" on an event (index into record.events)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -64,12 +65,25 @@ class EventsPanel(QtWidgets.QWidget):
         for col, w in ((0, 26), (1, 40), (2, 56), (3, 150), (4, 52)):
             h.resizeSection(col, w)
         self.tree.itemSelectionChanged.connect(self._on_selection)
+        self.tree.setContextMenuPolicy(QtCore.Qt.ContextMenuPolicy.CustomContextMenu)
+        self.tree.customContextMenuRequested.connect(self._on_menu)
         self.detail = QtWidgets.QTextBrowser()
         self.detail.setOpenExternalLinks(False)
         self.detail.setPlaceholderText("Select an event to see what happened, the numbers, and what to do.")
+        self.copy_button = QtWidgets.QToolButton(text="Copy as Markdown")
+        self.copy_button.setToolTip("Copy this event's explanation, numbers and versions as Markdown, "
+                                    "for pasting into an issue")
+        self.copy_button.setEnabled(False)
+        self.copy_button.clicked.connect(self._on_copy)
+        detail = QtWidgets.QWidget()
+        dbox = QtWidgets.QVBoxLayout(detail)
+        dbox.setContentsMargins(0, 0, 0, 0)
+        dbox.setSpacing(2)
+        dbox.addWidget(self.detail, 1)
+        dbox.addWidget(self.copy_button, 0, QtCore.Qt.AlignmentFlag.AlignRight)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         split.addWidget(self.tree)
-        split.addWidget(self.detail)
+        split.addWidget(detail)
         split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 1)
         split.setChildrenCollapsible(False)
@@ -85,6 +99,7 @@ class EventsPanel(QtWidgets.QWidget):
             self.record, self._step, self._shown = record, step, -1
             self.tree.clear()
             self.detail.clear()
+            self.copy_button.setEnabled(False)
         if record is None:
             return
         with record.lock:
@@ -131,14 +146,32 @@ class EventsPanel(QtWidgets.QWidget):
                 self.tree.scrollToItem(it)
                 return
 
-    def _on_selection(self) -> None:
+    def selected_index(self) -> int | None:
         items = self.tree.selectedItems()
-        if not items or self.record is None:
+        return items[0].data(5, QtCore.Qt.ItemDataRole.UserRole + 1) if items else None
+
+    def _on_selection(self) -> None:
+        idx = self.selected_index()
+        self.copy_button.setEnabled(idx is not None)
+        if idx is None or self.record is None:
             return
-        idx = items[0].data(5, QtCore.Qt.ItemDataRole.UserRole + 1)
         e = self.record.events[idx]
         self.detail.setHtml(event_html(e))
         self.eventSelected.emit(idx)
+
+    def _on_copy(self) -> None:
+        idx = self.selected_index()
+        if idx is not None:
+            self.copyRequested.emit(idx)
+
+    def _on_menu(self, pos) -> None:
+        item = self.tree.itemAt(pos)
+        if item is None:
+            return
+        idx = item.data(5, QtCore.Qt.ItemDataRole.UserRole + 1)
+        menu = QtWidgets.QMenu(self)
+        menu.addAction("Copy as Markdown", lambda: self.copyRequested.emit(idx))
+        menu.popup(self.tree.viewport().mapToGlobal(pos))
 
 
 def event_html(e) -> str:
@@ -194,7 +227,8 @@ class ChecklistPanel(QtWidgets.QWidget):
             self._key = None
             return
         with record.lock:
-            turns = [t for t in record.turns if t.checklist and (step is None or t.first_step <= step)]
+            # A checklist is made when its turn ends: in a replay, only turns finished by the step have one.
+            turns = [t for t in record.turns if t.checklist and (step is None or t.end_step - 1 <= step)]
         key = (id(record), tuple((t.index, len(t.checklist), t.status) for t in turns), self._pinned)
         if key == self._key:
             return

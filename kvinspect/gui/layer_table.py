@@ -121,6 +121,7 @@ class LayerTable(QtWidgets.QWidget):
     """Sortable, live. ``render(record, step=None)``."""
 
     layersSelected = QtCore.Signal(list)
+    copyRequested = QtCore.Signal()  # "Copy layer table as Markdown" (the step shown)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -143,6 +144,8 @@ class LayerTable(QtWidgets.QWidget):
         for col, w in enumerate((50, 100, 64, 72, 64, 72, 64, 70, 80)):
             self.view.setColumnWidth(col, w)
         self.view.selectionModel().selectionChanged.connect(self._on_select)
+        self.view.setContextMenuPolicy(QtCore.Qt.ContextMenuPolicy.CustomContextMenu)
+        self.view.customContextMenuRequested.connect(self._on_menu)
         box = QtWidgets.QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.addWidget(self.view)
@@ -157,6 +160,11 @@ class LayerTable(QtWidgets.QWidget):
             return
         self.record, self._version = record, key
         self.model.set_rows(layer_rows(record, step))
+
+    def _on_menu(self, pos) -> None:
+        menu = QtWidgets.QMenu(self)
+        menu.addAction("Copy layer table as Markdown", self.copyRequested.emit)
+        menu.popup(self.view.viewport().mapToGlobal(pos))
 
     def _on_select(self, *args) -> None:
         rows = {self.proxy.mapToSource(i).row() for i in self.view.selectionModel().selectedRows()}

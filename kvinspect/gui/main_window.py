@@ -1,9 +1,11 @@
 """The inspector window: chat on the left, live plots in the middle, events/checklist/layers below.
 
-Every panel renders from ``(record, step)``: the live session's record with ``step=None``
-today; a trace loaded from a file with a replay step tomorrow (viewer mode needs only a
-different source of ``self.record`` and a slider that sets ``self.step``). The 30 Hz paint
-timer is the only thing that redraws; the worker only appends to the record.
+Every panel renders from ``(record, step)``: the live session's record with ``step=None``,
+or a trace from a file (:mod:`.viewer`: read-only, a replay slider sets ``step``; or a file
+another process is writing, followed live). The 30 Hz paint timer is the only thing that
+redraws; the worker (or the follower's reader) only appends to the record. Evidence (save,
+export, copy as Markdown) is in :mod:`.trace_actions` and :mod:`.evidence`; Tools → Compare in
+:mod:`.compare_window`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from .menus import build_menus
 from .model_picker import ModelPicker, dropped_path
 from .plots import PlotsWidget
 from .reporting import ErrorReporter
+from .trace_actions import TraceActions, is_trace_path
+from .viewer import TraceViewer
 from .worker import LoadRequest, ModelInfo, SessionController, TurnRequest
 
 log = logging.getLogger(__name__)
@@ -31,7 +35,7 @@ PAINT_MS = 33  # ~30 Hz, whatever the token rate
 TABLE_EVERY = 3  # the layer table refreshes every 3rd tick (~10 Hz)
 
 
-class MainWindow(QtWidgets.QMainWindow):
+class MainWindow(TraceActions, QtWidgets.QMainWindow):
     """Build with ``MainWindow(settings=..., session_options=...)``; ``load(spec)`` to start."""
 
     renderedTick = QtCore.Signal()
@@ -53,6 +57,11 @@ class MainWindow(QtWidgets.QMainWindow):
         gc_policy.acquire(QtWidgets.QApplication.instance())  # released in shutdown()
         self.controller = SessionController(session_options, autosave)
         self.picker: ModelPicker | None = None
+        self.evidence_jobs = 0  # saves/exports reading the record right now (no new turn meanwhile)
+        self.tasks: list = []  # background jobs still running (joined at shutdown)
+        self.export_dialog = None
+        self.follow_dialog = None
+        self.compare_window = None
         self.setWindowTitle("kvinspect")
         self.setAcceptDrops(True)
         self.setDockOptions(QtWidgets.QMainWindow.DockOption.AnimatedDocks
@@ -69,7 +78,14 @@ class MainWindow(QtWidgets.QMainWindow):
     # -- layout ---------------------------------------------------------------------------
     def _build(self) -> None:
         self.plots = PlotsWidget()
-        self.setCentralWidget(self.plots)
+        self.viewer = TraceViewer(self)
+        central = QtWidgets.QWidget()
+        cbox = QtWidgets.QVBoxLayout(central)
+        cbox.setContentsMargins(0, 0, 0, 0)
+        cbox.setSpacing(2)
+        cbox.addWidget(self.viewer.bar)
+        cbox.addWidget(self.plots, 1)
+        self.setCentralWidget(central)
         self.chat = ChatPanel()
         self.events = EventsPanel()
         self.checklist = ChecklistPanel()
@@ -145,6 +161,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.events.eventSelected.connect(self.show_event)
         self.plots.eventClicked.connect(self.events.select)
         self.layers.layersSelected.connect(lambda rows: rows and self.plots.set_picked(rows))
+        self.events.copyRequested.connect(self.copy_event)
+        self.layers.copyRequested.connect(self.copy_layers)
         self.plots.view.painted.connect(self.controller.release_paint)
         self.plots.loadRequested.connect(lambda: self.open_picker())
 
@@ -224,7 +242,15 @@ class MainWindow(QtWidgets.QMainWindow):
         if self.info is None:
             self.errors.report("kvinspect", "load a model first (File → Load model…, Ctrl+L)")
             return False
-        index = len(self.record.turns) if self.record is not None else 0
+        if self.viewer.mode:
+            self.errors.report("kvinspect", "viewing a trace (read-only): File → Back to live session to chat")
+            return False
+        if self.evidence_jobs:
+            self.errors.report("kvinspect", "a trace or report is being written from this session: "
+                                            "send again in a moment")
+            return False
+        live = self.info.record
+        index = len(live.turns) if live is not None else 0
         if not self.controller.send(req):
             return False
         self._pending_turn = req
@@ -244,8 +270,13 @@ class MainWindow(QtWidgets.QMainWindow):
             self.chat.add_note("— new chat: conversation and cache cleared (the record keeps every turn) —")
 
     def show_turn(self, index: int) -> None:
-        """Point at a turn: cursor at its first step, its checklist shown."""
+        """Point at a turn: cursor at its first step, its checklist shown (viewing a trace: replay to its end)."""
         if self.record is None or not 0 <= index < len(self.record.turns):
+            return
+        if self.viewer.mode:
+            self.viewer.show_turn(index)
+            self.checklist.show_turn(index)
+            self.check_dock.raise_()
             return
         self.plots.show_step(self.record.turns[index].first_step)
         self.checklist.show_turn(index)
@@ -264,6 +295,9 @@ class MainWindow(QtWidgets.QMainWindow):
         th.apply_palette(app, t)
         self.plots.apply_theme(t)
         self.chat.apply_theme(t)
+        self.viewer.bar.apply_theme(t)
+        if self.compare_window is not None:
+            self.compare_window.apply_theme(t)
         self.theme_actions[t.name].setChecked(True)
         self.settings.theme = t.name
         self.refresh(force=True)
@@ -306,7 +340,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self._show_progress(False)
         self.info = info
         gc_policy.settle()  # the old model's cycles go now, the new one is frozen out of later GC passes
-        self.set_record(info.record)
+        if self.viewer.mode:
+            self.viewer.back_to_live()  # loading a model is a live-session action: show it
+        else:
+            self.set_record(info.record)
         self.chat.transcript.clear()
         self.chat.add_note(f"{info.name} loaded in {info.load_seconds:.1f} s on {info.device} ({info.dtype})."
                            + (" " + " ".join(info.notes) if info.notes else ""))
@@ -333,7 +370,8 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _on_turn_finished(self, turn) -> None:
         self.chat.append_tokens(self.controller.drain_tokens())
-        events = self.record.events_for_turn(turn.index) if self.record is not None else []
+        live = self.info.record if self.info is not None else None  # the window may be showing a trace
+        events = live.events_for_turn(turn.index) if live is not None else []
         self.chat.end_turn(turn, events)
         self._pending_turn = None
         self.checklist.show_turn(None)
@@ -348,7 +386,8 @@ class MainWindow(QtWidgets.QMainWindow):
             self.chat.append_tokens(self.controller.drain_tokens())
             self.chat.add_note(f"not sent: {message}", th.STATUS_COLORS["fail"])
             self._pending_turn = None
-        titles = {"load": "Could not load the model", "fetch": "Could not fetch", "turn": "Could not run the turn"}
+        titles = {"load": "Could not load the model", "fetch": "Could not fetch", "turn": "Could not run the turn",
+                  "compare": "Comparison failed"}
         self.statusBar().showMessage(f"{task} failed", 8000)
         self.errors.report(titles.get(task, "kvinspect"), message)
 
@@ -366,11 +405,16 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _update_state(self, *args) -> None:
         busy = self.controller.busy
+        viewing = self.viewer.mode
         self.chat.set_state(loaded=self.info is not None, busy=bool(busy), generating=busy == "turn")
-        self.plots.growing = busy == "turn"
+        self.plots.growing = (busy == "turn" and not viewing) or (viewing == "follow" and self.viewer.step is None)
         self.load_action.setEnabled(not busy)
-        self.stop_action.setEnabled(busy == "turn")
-        self.new_chat_action.setEnabled(self.info is not None and not busy)
+        self.stop_action.setEnabled(busy == "turn")  # Esc stops the live turn even while a trace is shown
+        self.new_chat_action.setEnabled(self.info is not None and not busy and not viewing)
+        self.back_action.setEnabled(bool(viewing))
+        self.compare_action.setEnabled(self.info is not None and busy in ("", "check", "compare"))
+        if busy == "compare":  # say why the chat waits, for as long as it waits
+            self.statusBar().showMessage("comparing configurations (Tools → Compare): the chat waits until it ends")
 
     # -- rendering ------------------------------------------------------------------------
     def set_record(self, record, step: int | None = None) -> None:
@@ -401,6 +445,8 @@ class MainWindow(QtWidgets.QMainWindow):
         if self.plots.render(r, self.step) and self.plots.view.isVisible() and not self.isMinimized():
             c.hold_for_paint()  # released when the plot view has painted (PlotView.painted)
         if self._ticks % TABLE_EVERY == 0:
+            if self.viewer.mode:
+                self.viewer.update()
             self.events.render(r, self.step)
             self.checklist.render(r, self.step)
             self.layers.render(r, self.step)
@@ -416,7 +462,12 @@ class MainWindow(QtWidgets.QMainWindow):
     def dropEvent(self, e: QtGui.QDropEvent) -> None:
         path = dropped_path(e.mimeData())
         if path:
-            self.open_picker(path)
+            # A trace (a .jsonl file, or a run's folder holding trace.jsonl) opens for viewing; anything
+            # else is a model for the picker (a .gguf, a model folder).
+            if is_trace_path(path):
+                self.open_trace(path)
+            else:
+                self.open_picker(path)
             e.acceptProposedAction()
 
     def closeEvent(self, e: QtGui.QCloseEvent) -> None:
@@ -436,7 +487,14 @@ class MainWindow(QtWidgets.QMainWindow):
         self.errors.close_all()
         if self.picker is not None:
             self.picker.close()
+        for d in (self.export_dialog, self.follow_dialog, self.compare_window):
+            if d is not None:
+                d.close()
         self.hide()
+        self.viewer.shutdown()
         self.controller.shutdown()
+        for task in list(self.tasks):  # a report still rendering: let it finish writing its folder
+            task.wait()
         gc_policy.release()
+
 

@@ -181,8 +181,9 @@ class StickyRange:
     range that grows in steps keeps axes cached and the picture calm.
     """
 
-    def __init__(self, headroom: float = 0.15, shrink: float = 0.35, zero: bool = True):
+    def __init__(self, headroom: float = 0.15, shrink: float = 0.35, zero: bool = True, min_frac: float = 0.01):
         self.headroom, self.shrink, self.zero = headroom, shrink, zero
+        self.min_frac = min_frac  # the narrowest span, as a fraction of the value (a flat line is not noise)
         self.lo: float | None = None
         self.hi: float | None = None
 
@@ -195,14 +196,14 @@ class StickyRange:
             return None
         if self.zero:
             lo = 0.0
-        span = max(hi - lo, abs(hi) * 0.01, 1.0)
+        span = max(hi - lo, abs(hi) * self.min_frac, 1.0)
         if self.lo is not None and self.lo <= lo and hi <= self.hi and span >= self.shrink * (self.hi - self.lo):
             return None
         if self.zero:
             new = (0.0, nice_ceiling(hi * (1 + self.headroom)) if hi > 0 else 1.0)
         else:
-            m = span * self.headroom
-            new = (lo - m, hi + m)
+            mid, m = (lo + hi) / 2, span * (0.5 + self.headroom)
+            new = (mid - m, mid + m)
         self.lo, self.hi = new
         return new
 

@@ -165,26 +165,37 @@ class PlotsWidget(QtWidgets.QWidget):
         self.pages.addWidget(live)
         self._update_legend([])
 
+    _EMPTY_TITLE = "No model loaded"
+    _EMPTY_BODY = (
+        "Load a built-in tiny model (no download), SmolLM2, a hub id, a model folder or a .gguf file.<br>"
+        "Then chat: every forward pass adds a column to a layers × steps map of what the KV cache "
+        "stores,<br>with the tokens it has seen, its memory per device, and a marker wherever "
+        "something happened.<br><br>Or open a saved trace (Ctrl+O), or follow one another program "
+        "is writing (File → Follow trace…).")
+
     def _empty_page(self) -> QtWidgets.QWidget:
         """Before any model: what this area will show, and the one button that starts it."""
         page = QtWidgets.QWidget()
-        text = QtWidgets.QLabel(
-            "<h2>No model loaded</h2>"
-            "<p>Load a built-in tiny model (no download), SmolLM2, a hub id, a model folder or a .gguf file.<br>"
-            "Then chat: every forward pass adds a column to a layers × steps map of what the KV cache "
-            "stores,<br>with the tokens it has seen, its memory per device, and a marker wherever "
-            "something happened.</p>")
-        text.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
-        text.setWordWrap(True)
+        self.empty_text = QtWidgets.QLabel()
+        self.empty_text.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
+        self.empty_text.setWordWrap(True)
         self.empty_load = QtWidgets.QPushButton("Load model…  (Ctrl+L)")
         self.empty_load.clicked.connect(self.loadRequested)
+        self.set_empty_message(None)
         box = QtWidgets.QVBoxLayout(page)
         box.addStretch(2)
-        box.addWidget(text)
+        box.addWidget(self.empty_text)
         box.addSpacing(12)
         box.addWidget(self.empty_load, 0, QtCore.Qt.AlignmentFlag.AlignHCenter)
         box.addStretch(3)
         return page
+
+    def set_empty_message(self, title: str | None, body: str = "") -> None:
+        """What the area says while there is no record (None: the start page, with its Load button)."""
+        default = title is None
+        self.empty_text.setText(f"<h2>{self._EMPTY_TITLE if default else title}</h2>"
+                                f"<p>{self._EMPTY_BODY if default else body}</p>")
+        self.empty_load.setVisible(default)
 
     # -- public ---------------------------------------------------------------------------
     def render(self, record, step: int | None = None, force: bool = False) -> bool:
@@ -223,8 +234,13 @@ class PlotsWidget(QtWidgets.QWidget):
         with record.lock:
             turns = list(record.turns)
             events_n = len(record.events)
-        self.memory.refresh(s, record, turns, a, b, max(cols // 2, 50))
-        self._update_overlays(record, turns, events_n, n, force)
+        finished = turns
+        if step is not None:
+            # Replay: what had happened by the step; a turn's peak is known once it ended.
+            turns = [t for t in turns if t.first_step <= step]
+            finished = [t for t in turns if t.status != "running" and t.end_step - 1 <= step]
+        self.memory.refresh(s, record, finished, a, b, max(cols // 2, 50))
+        self._update_overlays(record, turns, events_n, n, force, step)
         return True
 
     def set_follow(self, on: bool) -> None:
@@ -336,8 +352,8 @@ class PlotsWidget(QtWidgets.QWidget):
         (want.add if on else want.discard)(i)
         self.set_picked(sorted(want))
 
-    def _update_overlays(self, record, turns, events_n: int, n: int, force: bool) -> None:
-        key = tuple((t.index, t.first_step, t.status) for t in turns)
+    def _update_overlays(self, record, turns, events_n: int, n: int, force: bool, step: int | None = None) -> None:
+        key = (tuple((t.index, t.first_step, t.status) for t in turns), step)
         if key != self._turns_key or events_n != self._events_n:
             # Only when turns or events changed: a forced redraw (zoom, resize) moves nothing here.
             self._turns_key, self._events_n = key, events_n
@@ -346,10 +362,13 @@ class PlotsWidget(QtWidgets.QWidget):
             self.turn_lines.place([float(x.first_step) for x in shown], [f"turn {x.index + 1}" for x in shown])
             with record.lock:
                 events = list(record.events)
-            recreated = [e for e in events if e.kind == "cache_recreated"][-MAX_LINES:]
+            shown = [e for e in events if step is None or e.step <= step]
+            recreated = [e for e in shown if e.kind == "cache_recreated"][-MAX_LINES:]
             self.recreate_lines.place([float(e.step) for e in recreated])
             spots, at_step = [], {}
             for idx, e in enumerate(events):
+                if step is not None and e.step > step:
+                    continue
                 symbol, color = th.EVENT_MARKERS.get(e.kind, ("o", th.SEVERITY_COLORS.get(e.severity, "#888")))
                 row = at_step.get(e.step, 0)  # several events at one step: stacked, problems on top
                 at_step[e.step] = row + 1
@@ -360,7 +379,10 @@ class PlotsWidget(QtWidgets.QWidget):
             self.tokens.set_windows(record)
             self._update_legend(layer_kinds(record))
         # Regions grow with the data (open until the cache object changes): every redraw.
-        self.heat.set_regions(region_spans(record, self.series))
+        spans = region_spans(record, self.series)
+        if step is not None:
+            spans = [(x0, min(x1, step + 1.0), l0, l1) for x0, x1, l0, l1 in spans if x0 <= step]
+        self.heat.set_regions(spans)
 
     def _marker_tip(self, x, y, data):
         if self.record is None or data is None or data >= len(self.record.events):

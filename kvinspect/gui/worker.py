@@ -45,6 +45,14 @@ class TurnRequest:
 
 
 @dataclass
+class CompareRequest:
+    """A comparison for the loaded model (Tools → Compare configurations…)."""
+
+    plan: object  # core.compare.ComparePlan
+    out_dir: str
+
+
+@dataclass
 class ModelInfo:
     """What the window shows about a loaded model; plain data, safe to pass across threads."""
 
@@ -96,8 +104,12 @@ class SessionWorker(QtCore.QObject):
     failed = QtCore.Signal(str, str)  # task, one-line message
     cancelled = QtCore.Signal(str)  # task
     idle = QtCore.Signal()  # a request that has no result of its own is done
+    configChecked = QtCore.Signal(str, object)  # configuration name, why it cannot run here (None: it can)
+    compareProgress = QtCore.Signal(int, int, str)  # done, total (turns), message
+    compareUpdated = QtCore.Signal(object)  # compare.json document so far (after every finished run)
+    compared = QtCore.Signal(object, object)  # CompareResult, compare.json document
 
-    # Every request ends with exactly one of loaded/fetched/turnFinished/failed/cancelled/idle.
+    # Every request ends with exactly one of loaded/fetched/turnFinished/compared/failed/cancelled/idle.
 
     def __init__(self, session_options=None, autosave: bool = True, command: list[str] | None = None):
         super().__init__()
@@ -219,6 +231,53 @@ class SessionWorker(QtCore.QObject):
         else:
             self.turnFinished.emit(turn)
 
+    @QtCore.Slot(object)
+    def check_configs(self, names: list[str]) -> None:
+        """Which configurations can run with the loaded model here (static+compile compiles a probe: seconds)."""
+        try:
+            from ..core.compare_configs import parse_config, unavailable_reason
+
+            for name in names:
+                try:
+                    reason = unavailable_reason(self.loaded_model, parse_config(name))
+                except KvInspectError as exc:
+                    reason = str(exc)
+                except Exception as exc:  # noqa: BLE001 - a failed probe means "not here", with why
+                    log.exception("checking %s failed", name)
+                    reason = f"could not check: {type(exc).__name__}: {_one_line(exc)}"
+                self.configChecked.emit(name, reason)
+        finally:
+            self.idle.emit()
+
+    def _compare_stop(self) -> bool:
+        self.ui_gate.wait(0.05)
+        return self.cancel_flag.is_set()
+
+    @QtCore.Slot(object)
+    def compare(self, req: CompareRequest) -> None:
+        """run_compare on this thread: the chat session's observer is idle between turns, so nothing mixes."""
+        try:
+            if self.loaded_model is None:
+                raise KvInspectError("load a model first")
+            from ..core.compare import run_compare
+            from ..core.compare_report import build_report
+
+            def on_run(result) -> None:
+                self.compareUpdated.emit(build_report(result))
+
+            result = run_compare(self.loaded_model, req.plan, req.out_dir,
+                                 progress=lambda done, total, msg: self.compareProgress.emit(done, total, msg),
+                                 cancel=self._compare_stop, on_run=on_run)
+            data = build_report(result)
+        except KvInspectError as exc:
+            self.failed.emit("compare", str(exc))
+        except Exception as exc:  # noqa: BLE001
+            log.exception("comparison failed")
+            self.failed.emit("compare",
+                             f"comparison failed: {type(exc).__name__}: {_one_line(exc)} (details in the log)")
+        else:
+            self.compared.emit(result, data)
+
     @QtCore.Slot()
     def new_chat(self) -> None:
         if self.session is not None:
@@ -252,8 +311,14 @@ class SessionController(QtCore.QObject):
     failed = QtCore.Signal(str, str)
     cancelled = QtCore.Signal(str)
     busyChanged = QtCore.Signal(bool)
+    configChecked = QtCore.Signal(str, object)
+    compareProgress = QtCore.Signal(int, int, str)
+    compareUpdated = QtCore.Signal(object)
+    compareFinished = QtCore.Signal(object, object)  # CompareResult, compare.json document
 
     _load = QtCore.Signal(object)
+    _check = QtCore.Signal(object)
+    _compare = QtCore.Signal(object)
     _fetch = QtCore.Signal(str)
     _turn = QtCore.Signal(object)
     _new_chat = QtCore.Signal()
@@ -271,6 +336,8 @@ class SessionController(QtCore.QObject):
         self._fetch.connect(w.fetch)
         self._turn.connect(w.run_turn)
         self._new_chat.connect(w.new_chat)
+        self._check.connect(w.check_configs)
+        self._compare.connect(w.compare)
         self._shutdown.connect(w.shutdown)
         w.progressed.connect(self.progressed)
         w.turnStarted.connect(self.turnStarted)
@@ -281,7 +348,11 @@ class SessionController(QtCore.QObject):
         w.failed.connect(self._on_failed)
         w.cancelled.connect(self._on_cancelled)
         w.idle.connect(self._on_idle)
-        self.busy = ""  # "", "load", "fetch", "turn"
+        w.configChecked.connect(self._on_config_checked)
+        w.compareProgress.connect(self._on_compare_progress)
+        w.compareUpdated.connect(self._on_compare_updated)
+        w.compared.connect(self._on_compared)
+        self.busy = ""  # "", "load", "fetch", "turn", "new_chat", "check", "compare"
         self.info: ModelInfo | None = None
         self._closed = False
         self.thread.start()
@@ -321,12 +392,27 @@ class SessionController(QtCore.QObject):
         self._new_chat.emit()
         return True
 
+    def check_configs(self, names: list[str]) -> bool:
+        """Ask which of ``names`` can run with the loaded model (``configChecked`` per name)."""
+        if self.info is None or not self._begin("check"):
+            return False
+        self._check.emit(list(names))
+        return True
+
+    def compare(self, req: CompareRequest) -> bool:
+        """Run a comparison on the worker; chat and loads are refused until it ends (busy)."""
+        if self.info is None or not self._begin("compare"):
+            return False
+        self.worker.cancel_flag.clear()
+        self._compare.emit(req)
+        return True
+
     def stop(self) -> None:
         """Stop the running generation after the current token (the turn is kept, marked stopped)."""
         self.worker.stop_flag.set()
 
     def cancel(self) -> None:
-        """Cancel a load or fetch at its next stage boundary."""
+        """Cancel a load or fetch at its next stage boundary, a comparison at its next token."""
         self.worker.cancel_flag.set()
 
     def drain_tokens(self) -> str:
@@ -389,3 +475,19 @@ class SessionController(QtCore.QObject):
     @QtCore.Slot()
     def _on_idle(self) -> None:
         self._finish(None)
+
+    @QtCore.Slot(str, object)
+    def _on_config_checked(self, name: str, reason) -> None:
+        self.configChecked.emit(name, reason)
+
+    @QtCore.Slot(int, int, str)
+    def _on_compare_progress(self, done: int, total: int, message: str) -> None:
+        self.compareProgress.emit(done, total, message)
+
+    @QtCore.Slot(object)
+    def _on_compare_updated(self, data) -> None:
+        self.compareUpdated.emit(data)
+
+    @QtCore.Slot(object, object)
+    def _on_compared(self, result, data) -> None:
+        self._finish(self.compareFinished, result, data)

@@ -300,11 +300,18 @@ def test_fetch_button_only_when_not_fetched(qtbot, window):
 
 def test_menus_shortcuts_about_and_themes(qtbot, window, monkeypatch):
     titles = [a.text() for a in window.menuBar().actions()]
-    assert titles == ["&File", "&Chat", "&View", "&Help"]
+    assert titles == ["&File", "&Edit", "&Chat", "&View", "&Tools", "&Help"]
     file_items = [a.text() for a in window.file_menu.actions() if a.text()]
     assert file_items[0] == "Load model…" and "New chat" in file_items and file_items[-1] == "Quit"
+    for item in ("Open trace…", "Follow trace…", "Save trace…", "Export report…", "Back to live session"):
+        assert item in file_items
     assert window.load_action.shortcut().toString() == "Ctrl+L"
     assert window.new_chat_action.shortcut().toString() == "Ctrl+N"
+    shortcuts = {"open_action": "Ctrl+O", "save_action": "Ctrl+S", "export_action": "Ctrl+E",
+                 "compare_action": "Ctrl+K", "follow_action": "Ctrl+Shift+O"}
+    for name, keys in shortcuts.items():
+        assert getattr(window, name).shortcut().toString() == keys
+    assert not window.compare_action.isEnabled() and not window.back_action.isEnabled()  # no model, no trace
     shown = {}
     monkeypatch.setattr(QtWidgets.QMessageBox, "about", lambda parent, title, text: shown.update(text=text))
     window.show_about()
