@@ -43,7 +43,7 @@ $(COMPAT_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-compat: $(COMPAT_VENV)/.installed fetch
-	KVINSPECT_REQUIRE_SMOLLM2=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:qt -p no:xvfb tests/core $(PYTEST_ARGS)
+	KVINSPECT_REQUIRE_SMOLLM2=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:qt -p no:xvfb -m "not e2e" tests/core $(PYTEST_ARGS)
 
 screenshot: fetch
 	QT_QPA_PLATFORM=offscreen $(VENV)/bin/kvinspect gui --model tiny-gemma3 --script resources/scripts/demo.json \

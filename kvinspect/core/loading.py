@@ -152,16 +152,22 @@ def _check_causal(config, where: str) -> None:
         )
 
 
-def _check_gguf(path: Path) -> None:
+def _check_gguf_header(path: Path) -> None:
     try:
-        from gguf import GGUFReader
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path.name}: {exc.strerror or exc}") from None
+    if len(head) < 8 or head[:4] != b"GGUF":
+        raise ModelLoadError(f"{path.name} is not a GGUF file (no GGUF magic at its start)")
+    try:
+        import gguf  # noqa: F401
     except ImportError:
         raise ModelLoadError("loading .gguf files needs the gguf package: pip install gguf") from None
-    try:
-        GGUFReader(str(path))
-    except Exception as exc:  # noqa: BLE001 - gguf raises anything from struct/numpy/ValueError
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ModelLoadError(f"{path.name} is not a readable GGUF file (truncated or corrupt): {msg}") from None
+
+
+def _gguf_error(path_name: str, exc: BaseException) -> ModelLoadError:
+    return ModelLoadError(f"{path_name} is not a readable GGUF file (truncated or corrupt): {_first_line(exc)}")
 
 
 def load_model(
@@ -193,9 +199,10 @@ def load_model(
         notes.append("trust_remote_code on: code from the model repository was allowed to run")
     if resolved.kind == "dir":
         _check_config_json(Path(resolved.location))
-    if resolved.kind == "gguf":
-        step("checking GGUF", 0.02)
-        _check_gguf(Path(resolved.location) / resolved.gguf_file)
+    if resolved.kind == "gguf" and resolved.builtin is None:
+        # A header check only (a full GGUFReader pass costs seconds on a 49k-token vocabulary);
+        # truncation deeper in the file surfaces when transformers reads it (_load_pretrained).
+        _check_gguf_header(Path(resolved.location) / resolved.gguf_file)
 
     step("importing torch and transformers", 0.05)
     from .devices import dtype_name, resolve_device, resolve_dtype
@@ -257,8 +264,12 @@ def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remo
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             config = AutoConfig.from_pretrained(resolved.location, **kw)
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
-        raise _spec_or_load_error(resolved, exc) from None
+    except Exception as exc:  # noqa: BLE001 - the GGUF reader raises struct/numpy/index errors alike
+        if resolved.gguf_file:
+            raise _gguf_error(resolved.gguf_file, exc) from None
+        if isinstance(exc, (OSError, ValueError, KeyError, json.JSONDecodeError)):
+            raise _spec_or_load_error(resolved, exc) from None
+        raise
     _check_causal(config, where)
     step("loading tokenizer", 0.2)
     try:

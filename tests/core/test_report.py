@@ -106,6 +106,7 @@ def test_round_trip_windowed_model_through_the_cli(tmp_path):
     _assert_same_lengths(tmp_path / "run" / "trace.jsonl", _rerun_from_report(bundle))
 
 
+@pytest.mark.e2e
 def test_round_trip_smollm2_with_a_diverging_template(smollm2, tmp_path):
     """A GUI-like session (no recorded command): the report rebuilds it and bundles the template."""
     opts = SessionOptions(chat_template=QWEN3.read_text(encoding="utf-8"), chat_template_name=str(QWEN3),

@@ -75,6 +75,7 @@ def smollm2_fetched():
 
 
 @pytest.mark.smollm2
+@pytest.mark.e2e
 @pytest.mark.timeout(900)  # one child process: load SmolLM2 (~15 s), then every example, 4 new tokens a turn
 def test_trace_names_each_example_mistake_on_smollm2(tmp_path, smollm2_fetched):
     _check_examples(tmp_path, "smollm2", 4, "full")
