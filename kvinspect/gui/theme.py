@@ -127,6 +127,25 @@ def apply_palette(app: QtWidgets.QApplication, theme: Theme) -> None:
     p.setColor(grp.Disabled, role.Button, c("#24262A" if dark else "#EEF0F2"))
     app.setPalette(p)
     # Tooltips keep the platform's own colours in some styles; say it once here.
-    app.setStyleSheet(
-        f"QToolTip {{ color: {theme.text}; background: {theme.base}; border: 1px solid {theme.dim_text}; }}"
-    )
+    sheet = f"QToolTip {{ color: {theme.text}; background: {theme.base}; border: 1px solid {theme.dim_text}; }}"
+    if dark:
+        # Fusion draws indicator outlines a shade off the window colour: invisible on a dark window.
+        border, on = "#8A9099", theme.highlight
+        sheet += (
+            f"QCheckBox::indicator, QRadioButton::indicator {{ width: 12px; height: 12px;"
+            f" border: 1px solid {border}; background: {theme.base}; }}"
+            f"QRadioButton::indicator {{ border-radius: 7px; }}"
+            f"QCheckBox::indicator:checked {{ background: {on}; border-color: {on};"
+            f" image: url({_check_svg()}); }}"
+            f"QRadioButton::indicator:checked {{ background: qradialgradient(cx:0.5, cy:0.5, radius:0.5,"
+            f" fx:0.5, fy:0.5, stop:0 #FFFFFF, stop:0.45 #FFFFFF, stop:0.55 {on}, stop:1 {on}); border-color: {on}; }}"
+            f"QCheckBox::indicator:disabled, QRadioButton::indicator:disabled {{ border-color: #4A4E55; }}"
+        )
+    app.setStyleSheet(sheet)
+
+
+def _check_svg() -> str:
+    """A white tick for checked boxes (stylesheets draw no tick of their own once the indicator is styled)."""
+    from .resources import resource_path
+
+    return str(resource_path("icons/check-white.svg")).replace("\\", "/")
