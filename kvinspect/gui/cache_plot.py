@@ -111,7 +111,7 @@ class TokensLane:
         vb = self.plot.getViewBox()
         vb.setMouseEnabled(x=True, y=False)
         vb.disableAutoRange()
-        self.yrange = StickyRange()
+        self.yrange = StickyRange(keep_clear=0.28)  # the legend row sits over the lane's top
         self.plot.showGrid(x=False, y=True, alpha=0.15)
         self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
                                           verSpacing=-6, horSpacing=14)

@@ -35,9 +35,10 @@ class MemoryLane:
         vb = self.plot.getViewBox()
         vb.setMouseEnabled(x=True, y=False)
         vb.disableAutoRange()
-        self.kv_range = StickyRange()
+        # Headroom for the legend row, which sits over the top of the lane.
+        self.kv_range = StickyRange(keep_clear=0.28)
         # At least 4 % of the value: a flat RSS is not zoomed into sub-MiB noise (nor tick labels too wide to fit).
-        self.proc_range = StickyRange(headroom=0.1, zero=False, min_frac=0.04)
+        self.proc_range = StickyRange(headroom=0.3, zero=False, min_frac=0.04)
         self.plot.showGrid(x=False, y=True, alpha=0.15)
         # Right axis: a second view box that follows the first in x.
         self.vb2 = pg.ViewBox()

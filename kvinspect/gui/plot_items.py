@@ -181,8 +181,11 @@ class StickyRange:
     range that grows in steps keeps axes cached and the picture calm.
     """
 
-    def __init__(self, headroom: float = 0.15, shrink: float = 0.35, zero: bool = True, min_frac: float = 0.01):
+    def __init__(self, headroom: float = 0.15, shrink: float = 0.35, zero: bool = True, min_frac: float = 0.01,
+                 keep_clear: float = 0.0):
         self.headroom, self.shrink, self.zero = headroom, shrink, zero
+        # Fraction of the range at the top that data must never enter (a legend row sits there).
+        self.keep_clear = keep_clear
         self.min_frac = min_frac  # the narrowest span, as a fraction of the value (a flat line is not noise)
         self.lo: float | None = None
         self.hi: float | None = None
@@ -197,10 +200,12 @@ class StickyRange:
         if self.zero:
             lo = 0.0
         span = max(hi - lo, abs(hi) * self.min_frac, 1.0)
-        if self.lo is not None and self.lo <= lo and hi <= self.hi and span >= self.shrink * (self.hi - self.lo):
+        top_ok = self.hi is not None and hi <= self.hi - self.keep_clear * (self.hi - (self.lo or 0.0))
+        if self.lo is not None and self.lo <= lo and top_ok and span >= self.shrink * (self.hi - self.lo):
             return None
         if self.zero:
-            new = (0.0, nice_ceiling(hi * (1 + self.headroom)) if hi > 0 else 1.0)
+            want = max(hi * (1 + self.headroom), hi / (1 - self.keep_clear)) if self.keep_clear < 1 else hi
+            new = (0.0, nice_ceiling(want) if hi > 0 else 1.0)
         else:
             mid, m = (lo + hi) / 2, span * (0.5 + self.headroom)
             new = (mid - m, mid + m)
