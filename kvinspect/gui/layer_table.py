@@ -103,8 +103,10 @@ def layer_rows(record, step: int | None = None) -> list[dict]:
     info = record.header.get("layers") or []
     rows = []
     for i in range(record.n_layers):
-        base = {"index": i, "kind": info[i].get("config_attention") if i < len(info) else None,
-                "window": info[i].get("window") if i < len(info) else None, "dtype": dtype}
+        # Every column key present (None = not known yet, e.g. a followed trace before its first steps).
+        base = dict.fromkeys(key for key, _, _ in COLUMNS)
+        base.update(index=i, kind=info[i].get("config_attention") if i < len(info) else None,
+                    window=info[i].get("window") if i < len(info) else None, dtype=dtype)
         if snap is not None and i < len(snap):
             s = snap[i]
             base.update(kind=s.get("kind"), window=s.get("window"), capacity=s.get("capacity"),

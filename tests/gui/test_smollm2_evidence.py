@@ -50,7 +50,7 @@ def test_smollm2_view_replay_export_and_follow(qtbot, window, smollm2, tmp_path)
         qtbot.waitUntil(lambda: v.record is not None and len(v.record.turns) == 1
                         and v.record.turns[0].status == "ok", timeout=TIMEOUT_MS)
         qtbot.waitUntil(lambda: window.layers.model.rows
-                        and window.layers.model.rows[0]["seen"] == int(s.record.seen[-1, 0]), timeout=TIMEOUT_MS)
+                        and window.layers.model.rows[0].get("seen") == int(s.record.seen[-1, 0]), timeout=TIMEOUT_MS)
         assert v.record.n_steps == s.record.n_steps and window.record.n_layers == 30
     window.back_to_live()
 
