@@ -12,6 +12,8 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (trace.jsonl, summary.json, script.json)")
     add_session_args(p)
     p.add_argument("-q", "--quiet", action="store_true", help="do not stream replies")
+    p.add_argument("--fail-on-problems", action="store_true",
+                   help="exit 1 when a warning or error event fired (summary.json's \"problems\"), for CI checks")
 
 
 def main(args, argv) -> int:
@@ -54,6 +56,25 @@ def main(args, argv) -> int:
     print()
     print(checklist_text(rec))
     print(f"\ntrace: {res.trace}\nsummary: {res.summary}")
+    return _exit_code(rec, args.fail_on_problems)
+
+
+def _exit_code(rec, fail_on_problems: bool) -> int:
+    """0 when every turn ran; 1 when one failed, or (asked for) when a problem event fired.
+
+    The trace and summary are written either way; 2 stays reserved for the user's input mistakes.
+    """
+    import sys
+
+    failed = [t.index + 1 for t in rec.turns if t.status == "failed"]
+    problems = sorted({e.kind for e in rec.events if e.is_problem})
+    if failed:
+        print(f"kvinspect: turn{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} of "
+              f"{len(rec.turns)} failed; the trace keeps every turn", file=sys.stderr)
+        return 1
+    if fail_on_problems and problems:
+        print(f"kvinspect: problems found: {', '.join(problems)}", file=sys.stderr)
+        return 1
     return 0
 
 

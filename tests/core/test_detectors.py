@@ -270,15 +270,20 @@ def test_every_event_says_what_to_do():
 # -- `kvinspect run` prints and writes the checklist ----------------------------------------------------
 
 def _cli_run(tmp_path, capsys, *extra):
+    rc, out, _err, summary = _cli_run_full(tmp_path, capsys, *extra)
+    return rc, out, summary
+
+
+def _cli_run_full(tmp_path, capsys, *extra, model="tiny-mistral"):
     from kvinspect.cli import main
 
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"turns": ["Tell me about the sea, please.", "More about waves?"],
                                   "max_new_tokens": 16}))
     out = tmp_path / ("o" + "".join(extra).replace("-", ""))
-    rc = main(["run", "--model", "tiny-mistral", "--script", str(script), "--out", str(out), "-q", *extra])
-    text = capsys.readouterr().out
-    return rc, text, json.loads((out / "summary.json").read_text())
+    rc = main(["run", "--model", model, "--script", str(script), "--out", str(out), "-q", *extra])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err, json.loads((out / "summary.json").read_text())
 
 
 def test_kvinspect_run_prints_and_writes_a_passing_checklist(tmp_path, capsys):
@@ -308,3 +313,20 @@ def test_kvinspect_run_checklist_fails_on_the_mistakes(tmp_path, capsys):
     rc, text, summary = _cli_run(tmp_path, capsys, "--policy", "cache-without-config")
     assert rc == 0 and "WARN  Attention window applied" in text
     assert all(t["checklist"][2]["status"] == "warn" for t in summary["turns"])
+
+
+def test_kvinspect_run_exit_code_tells_ci_what_happened(tmp_path, capsys):
+    # --fail-on-problems: a mistake policy is a failed check, the correct one is not.
+    rc, _, _ = _cli_run(tmp_path, capsys, "--fail-on-problems")
+    assert rc == 0
+    rc, _, err, summary = _cli_run_full(tmp_path, capsys, "--policy", "recreate", "--fail-on-problems")
+    assert rc == 1 and summary["problems"] == [CACHE_RECREATED]
+    assert "cache_recreated" in err
+    # A turn that fails (a full-attention static cache smaller than the conversation) exits 1 with or
+    # without the flag, and the summary still records every turn.
+    rc, text, err, summary = _cli_run_full(tmp_path, capsys, "--cache", "static", "--max-cache-len", "100",
+                                           model="tiny-llama")
+    assert rc == 1, text
+    assert [t["status"] for t in summary["turns"]] == ["ok", "failed"]
+    lines = [ln for ln in err.splitlines() if ln.startswith("kvinspect:")]
+    assert len(lines) == 1 and "failed" in lines[0], err
