@@ -53,6 +53,7 @@ class EventsPanel(QtWidgets.QWidget):
         self.record = None
         self._shown = -1
         self._step = None
+        self._turns = -1
         self.tree = QtWidgets.QTreeWidget()
         self.tree.setHeaderLabels(list(COLS))
         self.tree.setRootIsDecorated(False)
@@ -96,7 +97,7 @@ class EventsPanel(QtWidgets.QWidget):
 
     def render(self, record, step: int | None = None) -> None:
         if record is not self.record or step != self._step:
-            self.record, self._step, self._shown = record, step, -1
+            self.record, self._step, self._shown, self._turns = record, step, -1, -1
             self.tree.clear()
             self.detail.clear()
             self.copy_button.setEnabled(False)
@@ -104,8 +105,10 @@ class EventsPanel(QtWidgets.QWidget):
             return
         with record.lock:
             events = list(record.events)
-        if len(events) == self._shown:
+            turns = sum(1 for t in record.turns if step is None or t.first_step <= step)
+        if len(events) == self._shown and (events or turns == self._turns):
             return
+        self._turns = turns
         self.tree.setSortingEnabled(False)
         for idx in range(max(self._shown, 0), len(events)):
             e = events[idx]
@@ -136,6 +139,8 @@ class EventsPanel(QtWidgets.QWidget):
             if latest is not None:
                 self.detail.setHtml("<p style='color:gray'>Latest event — select a row to jump to it.</p>"
                                     + event_html(latest))
+            else:
+                self.detail.setHtml(_quiet_html(turns))
 
     def select(self, idx: int) -> None:
         """Select the row of event ``idx`` (e.g. clicked on the plot)."""
@@ -172,6 +177,16 @@ class EventsPanel(QtWidgets.QWidget):
         menu = QtWidgets.QMenu(self)
         menu.addAction("Copy as Markdown", lambda: self.copyRequested.emit(idx))
         menu.popup(self.tree.viewport().mapToGlobal(pos))
+
+
+def _quiet_html(turns: int) -> str:
+    # An empty list is a finding too (the correct run's evidence), so say what was checked.
+    if not turns:
+        return ""
+    return (f"<p><b>No events in {turns} turn{'s' if turns != 1 else ''}.</b> No detector fired: "
+            "no cache recreated, no duplicated context, no prefix divergence, no disabled cache, "
+            "no generation-config override, no unbounded window; no sliding window or chunk reached.</p>"
+            "<p style='color:gray'>Events appear here when one does; select a row to jump to it.</p>")
 
 
 def event_html(e) -> str:

@@ -213,7 +213,7 @@ class PlotsWidget(QtWidgets.QWidget):
             # While generating, grow the view in steps, not every frame: axes keep their cached
             # ticks and the picture stays calm. At rest, fit the data exactly.
             top = self._follow_top
-            want = max(64.0, nice_ceiling(n * 1.15)) if self.growing else max(64.0, float(n))
+            want = max(64.0, nice_ceiling(n * 1.15)) if self.growing else max(16.0, float(n))
             if top is None or n > top or n < 0.4 * top or (not self.growing and top != want):
                 top = self._follow_top = want
                 self._applying_range = True

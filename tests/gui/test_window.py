@@ -123,8 +123,12 @@ def test_window_reached_is_highlighted_and_points_at_the_spot(qtbot, window):
 def test_recreate_policy_shows_cache_recreated_marker(qtbot, window):
     load(qtbot, window, "tiny-llama")
     send(qtbot, window, "First question?", max_new_tokens=16, policy="recreate")
+    window.refresh(force=True)
+    # Nothing to flag yet, and the panel says so rather than staying blank.
+    assert "No events in 1 turn." in window.events.detail.toPlainText()
     t2 = send(qtbot, window, "Second question?", max_new_tokens=16, policy="recreate")
     window.refresh(force=True)
+    assert "cache_recreated" in window.events.detail.toPlainText()  # the latest problem is previewed
     ev = _events(window, CACHE_RECREATED)
     assert len(ev) == 1 and ev[0].step == t2.first_step
     assert window.plots.recreate_lines.positions() == [t2.first_step]
