@@ -265,22 +265,30 @@ class CacheProbe:
 
     # -- per-step fast read -----------------------------------------------------------------
     def lengths(self, cache, q_len: int = 0):
-        """``(seen, stored, device_code, bytes)`` arrays, one entry per layer; no device sync."""
+        """``(seen, stored, device_code, bytes)`` arrays, one entry per layer; no device sync.
+
+        Runs after every forward, right after the model has flushed the CPU caches, so it is kept
+        to few Python operations per layer: lists filled in one loop, converted once.
+        """
         n = self.n_layers
-        seen = np.full(n, NA, dtype=np.int32)
-        stored = np.full(n, NA, dtype=np.int32)
-        dev = np.full(n, -1, dtype=np.int8)
-        nbytes = np.zeros(n, dtype=np.int64)
         if cache is None:
-            return seen, stored, dev, nbytes
+            return (np.full(n, NA, dtype=np.int32), np.full(n, NA, dtype=np.int32),
+                    np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.int64))
         shapes = self.shapes(cache)
         st = self._state(cache)
         layers = self._layers(cache)
-        for i, (shape, reader, layer) in enumerate(zip(shapes, st.readers, layers)):
-            if i >= n:
-                break
+        readers = st.readers
+        row_bytes = st.row_bytes
+        codes = self._dev_codes
+        seen = [NA] * n
+        stored = [NA] * n
+        dev = [-1] * n
+        nbytes = [0] * n
+        for i in range(min(n, len(layers))):
+            reader = readers[i]
             if reader == "na":
                 continue
+            layer = layers[i]
             if reader == "legacy":
                 k = layer[0]
                 rows = int(k.shape[-2])
@@ -288,40 +296,38 @@ class CacheProbe:
                 dev[i] = self.dev_code(k.device)
                 nbytes[i] = 2 * k.numel() * k.element_size()
                 continue
-            keys = layer.keys
             if reader == "quant":
                 # The data lives in the quantized tensors; ``keys`` is only the unquantized residual.
                 keys, extra = _quant_main(layer)
-            has = keys is not None and keys.dim() == 4
-            rows = int(keys.shape[-2]) if has else 0
-            if reader == "dyn":
-                s = rows
-                stored[i] = rows
-            elif reader == "dynslide":
-                s = int(getattr(layer, "cumulative_length", rows))
-                stored[i] = rows
-            elif reader == "static":
-                s = self._static_seen(st, i, layer, q_len)
-                cap = shape.capacity if shape.capacity is not None else rows
-                stored[i] = min(s, cap)
-            else:  # quantized: every token is kept, part quantized, part in a residual
-                s = int(getattr(layer, "cumulative_length", 0) or 0)
-                stored[i] = s
-            seen[i] = s
-            if reader == "quant":
+                seen[i] = stored[i] = int(getattr(layer, "cumulative_length", 0) or 0)
                 if keys is not None:
                     dev[i] = self.dev_code(keys.device)
                 nbytes[i] = extra
                 continue
-            if has:
-                dev[i] = self.dev_code(keys.device)
-                rb = st.row_bytes.get(i)
+            keys = layer.keys
+            if keys is None or keys.dim() != 4:
+                rows = 0
+            else:
+                rows = keys.shape[2]
+                d = keys.device
+                code = codes.get(d)
+                dev[i] = code if code is not None else self.dev_code(d)
+                rb = row_bytes.get(i)
                 if rb is None:
                     shp = keys.shape
-                    rb = 2 * shp[0] * shp[1] * shp[3] * keys.element_size()
-                    st.row_bytes[i] = rb
+                    rb = row_bytes[i] = 2 * shp[0] * shp[1] * shp[3] * keys.element_size()
                 nbytes[i] = rows * rb
-        return seen, stored, dev, nbytes
+            if reader == "dyn":
+                seen[i] = stored[i] = rows
+            elif reader == "dynslide":
+                seen[i] = int(getattr(layer, "cumulative_length", rows))
+                stored[i] = rows
+            else:  # static
+                s = seen[i] = self._static_seen(st, i, layer, q_len)
+                cap = shapes[i].capacity
+                stored[i] = min(s, cap if cap is not None else rows)
+        return (np.array(seen, dtype=np.int32), np.array(stored, dtype=np.int32),
+                np.array(dev, dtype=np.int8), np.array(nbytes, dtype=np.int64))
 
     def _static_seen(self, st: _CacheState, i: int, layer, q_len: int) -> int:
         cum = getattr(layer, "cumulative_length_int", None)

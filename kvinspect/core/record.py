@@ -31,6 +31,9 @@ STEP_LAYER = {  # name -> dtype; one value per layer per forward pass
     "dev": np.int8,  # index into record.devices, -1 none
     "nbytes": np.int64,
 }
+_APPEND_ORDER = ("turn", "t", "cache_id", "q_len", "use_cache", "rss", "accel_allocated", "accel_reserved",
+                 "seen", "stored", "dev", "nbytes")
+assert set(_APPEND_ORDER) == set(STEP_SCALARS) | set(STEP_LAYER)
 
 
 @dataclass
@@ -113,6 +116,7 @@ class TraceRecord:
         self.lock = threading.RLock()
         self._cols = {k: _Grow(dt, None) for k, dt in STEP_SCALARS.items()}
         self._cols.update({k: _Grow(dt, self.n_layers) for k, dt in STEP_LAYER.items()})
+        self._order = [self._cols[k] for k in _APPEND_ORDER]
         self.version = 0  # bumps on every change: the GUI repaints when it moved
         self.t0: float | None = None
         self.notes: list[str] = []  # what a reader could not recover, for the UI
@@ -136,25 +140,19 @@ class TraceRecord:
                     seen, stored, dev, nbytes, rss: int = 0, accel_allocated: int = 0,
                     accel_reserved: int = 0) -> int:
         with self.lock:
-            i = self.n_steps
-            for g in self._cols.values():
-                g.reserve(i + 1)
+            c = self._cols
+            i = c["turn"].n
+            if i >= len(c["turn"].buf):  # every column grows together (this runs once per forward)
+                for g in c.values():
+                    g.reserve(i + 1)
             if self.t0 is None:
                 self.t0 = t
-            c = self._cols
-            c["turn"].buf[i] = turn
-            c["t"].buf[i] = t - self.t0
-            c["cache_id"].buf[i] = cache_id
-            c["q_len"].buf[i] = q_len
-            c["use_cache"].buf[i] = -1 if use_cache is None else int(bool(use_cache))
-            c["rss"].buf[i] = rss
-            c["accel_allocated"].buf[i] = accel_allocated
-            c["accel_reserved"].buf[i] = accel_reserved
-            c["seen"].buf[i] = seen
-            c["stored"].buf[i] = stored
-            c["dev"].buf[i] = dev
-            c["nbytes"].buf[i] = nbytes
-            for g in c.values():
+            row = (turn, t - self.t0, cache_id, q_len, -1 if use_cache is None else int(bool(use_cache)),
+                   rss, accel_allocated, accel_reserved, seen, stored, dev, nbytes)
+            order = self._order
+            for g, v in zip(order, row):
+                g.buf[i] = v
+            for g in order:  # lengths last: a lock-free reader never sees a half-written row
                 g.n = i + 1
             self.version += 1
             return i
