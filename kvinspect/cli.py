@@ -21,9 +21,13 @@ EXIT_USAGE = 2
 COMMANDS = ("run", "report", "view", "compare", "trace", "models", "gui")
 
 
+#: Environment variables kvinspect sets for its own process only (not for a traced program).
+QUIETED: dict[str, str] = {}
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse's default prints the usage too)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"kvinspect: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _command_modules():
@@ -59,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     if not any(a in handlers for a in argv) and not top_flags & set(argv):
         # Bare `kvinspect [--model X ...]` opens the window.
         verbose = [a for a in argv if a in ("-v", "--verbose")]
-        argv = [*verbose, "gui", *[a for a in argv if a not in ("-v", "--verbose")]]
+        rest = [a for a in argv if a not in ("-v", "--verbose")]
+        if rest and not rest[0].startswith("-"):
+            print(f"kvinspect: error: unknown command {rest[0]!r}; commands: {', '.join(handlers)} "
+                  "(see `kvinspect --help`)", file=sys.stderr)
+            return EXIT_USAGE
+        argv = [*verbose, "gui", *rest]
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -70,15 +79,24 @@ def main(argv: list[str] | None = None) -> int:
     except KvInspectError as exc:
         print(f"kvinspect: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        # A path the user gave that cannot be read or written (commands check the usual cases
+        # up front; this is the net for the rest, e.g. a disk that fills up mid-run).
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"kvinspect: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("kvinspect: interrupted", file=sys.stderr)
         return 130
 
 
 def quiet_libraries() -> None:
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # TQDM_DISABLE: transformers' GGUF loader draws its own tqdm bar, which no setting of
+    # transformers turns off; we print our own loading stages instead.
+    for key, value in (("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                       ("TOKENIZERS_PARALLELISM", "false"), ("TQDM_DISABLE", "1")):
+        if key not in os.environ:
+            os.environ[key] = QUIETED[key] = value
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)

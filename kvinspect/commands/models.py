@@ -18,6 +18,9 @@ def main(args, argv) -> int:
     from ..core.errors import FetchError
     from ..core.fetch import FETCHABLE, fetch, fetched_path, is_fetched
 
+    if args.action == "list" and args.name is not None:
+        raise FetchError(f"`kvinspect models list` takes no name (got {args.name!r}); "
+                         "did you mean `kvinspect models fetch`?")
     if args.action == "fetch":
         name = (args.name or "smollm2").lower()
         if name not in FETCHABLE:
@@ -28,7 +31,7 @@ def main(args, argv) -> int:
     rows = [("name", "layers", "window", "status", "what it shows")]
     for b in BUILTINS:
         if b.fetch:
-            status = "fetched" if is_fetched(b.fetch) else f"not fetched: kvinspect models fetch {b.fetch}"
+            status = "fetched" if is_fetched(b.fetch) else "not fetched"
         else:
             status = "built in"
         rows.append((b.name, b.kinds_short if len(b.layer_kinds) <= 8 else f"F×{len(b.layer_kinds)}",
@@ -40,4 +43,6 @@ def main(args, argv) -> int:
     for name in FETCHABLE:
         if is_fetched(name):
             print(f"{name} file: {fetched_path(name)}")
+        else:
+            print(f"{name} is not fetched yet: kvinspect models fetch {name}")
     return 0

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from .common import add_model_args, add_session_args, apply_script_overrides, progress_printer, session_options
+import os
+from pathlib import Path
+
+from .common import (add_model_args, add_session_args, apply_script_overrides, check_fixed_choice, progress_printer,
+                     session_options)
 
 
 def add_parser(sub) -> None:
@@ -12,6 +16,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (trace.jsonl, summary.json, script.json)")
     add_session_args(p)
     p.add_argument("-q", "--quiet", action="store_true", help="do not stream replies")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     p.add_argument("--fail-on-problems", action="store_true",
                    help="exit 1 when a warning or error event fired (summary.json's \"problems\"), for CI checks")
 
@@ -25,14 +30,23 @@ def main(args, argv) -> int:
 
     script = apply_script_overrides(load_script(args.script), args)
     opts = session_options(args)
+    check_fixed_choice(opts)
     resolve_spec(args.model)  # fail fast, before torch is imported
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype,
-                        trust_remote_code=args.trust_remote_code, progress=progress_printer("loading " + args.model))
-    check_cache_available(loaded, opts.cache_impl)
+    out = Path(args.out)
+    created = prepare_out(out, Path(args.script), args.overwrite)
+    try:
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype,
+                            trust_remote_code=args.trust_remote_code, progress=progress_printer("loading " + args.model))
+        check_cache_available(loaded, opts.cache_impl)
+    except BaseException:
+        if created and not any(out.iterdir()):
+            out.rmdir()  # nothing ran: leave no empty folder behind
+        raise
     stream = not args.quiet
 
     def on_turn_start(i, text):
-        print(f"\n── turn {i + 1} ── user: {text}", flush=True)
+        head = f"── turn {i + 1} ── user: {one_line(text, 100)}"
+        print(f"\n{head}" if stream else head, flush=True)
         if stream:
             print("assistant: ", end="", flush=True)
 
@@ -57,6 +71,45 @@ def main(args, argv) -> int:
     print(checklist_text(rec))
     print(f"\ntrace: {res.trace}\nsummary: {res.summary}")
     return _exit_code(rec, args.fail_on_problems)
+
+
+def one_line(text: str, limit: int) -> str:
+    text = " ⏎ ".join(ln.strip() for ln in text.strip().splitlines())
+    return text if len(text) <= limit else text[: limit - 1] + f"… ({len(text):,} chars)"
+
+
+def prepare_out(out: Path, script: Path, overwrite: bool) -> bool:
+    """Check --out before the model loads: a usable folder that holds no earlier run (unless asked).
+
+    An earlier run's files are removed up front, so an interrupted rerun never leaves the old
+    summary.json next to the new trace. Returns whether the folder was created here.
+    """
+    from ..core.errors import ScriptError
+    from ..core.runner import SCRIPT_NAME, SUMMARY_NAME
+    from ..core.tracefile import TRACE_NAME
+
+    if out.exists() and not out.is_dir():
+        raise ScriptError(f"--out {out} is a file, not a folder")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScriptError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK):
+        raise ScriptError(f"cannot write to the output folder {out}: permission denied")
+    if script.resolve() == (out / SCRIPT_NAME).resolve():
+        raise ScriptError(f"--script {script} is the script.json this run writes into --out; copy it elsewhere "
+                          "or choose another --out")
+    names = (TRACE_NAME, SUMMARY_NAME, SCRIPT_NAME)
+    for name in names:
+        if (out / name).is_dir():
+            raise ScriptError(f"{out / name} is a folder; choose another --out")
+    earlier = [n for n in names[:2] if (out / n).exists()]
+    if earlier and not overwrite:
+        raise ScriptError(f"{out} already holds a run ({earlier[0]}); choose another --out or pass --overwrite")
+    for name in earlier:
+        (out / name).unlink()
+    return created
 
 
 def _exit_code(rec, fail_on_problems: bool) -> int:

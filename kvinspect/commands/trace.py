@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR", default=None,
                    help=f"trace folder (default: a new ./{DEFAULT_ROOT}/<date-time> folder)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only where the trace is, not the tables")
+    p.add_argument("--overwrite", action="store_true", help="replace the traces already in --out")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="the program to run, after `--`")
 
@@ -49,7 +50,8 @@ def main(args, argv) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise TraceCommandError("nothing to run: kvinspect trace [--out DIR] -- python my_script.py ARGS")
-    out, created = _out_dir(args.out)
+    _check_program(cmd)
+    out, created = _out_dir(args.out, args.overwrite)
     env = _child_env(out)
     shown = shlex.join(cmd)
     print(f"kvinspect: tracing `{shown}` → {out}", file=sys.stderr, flush=True)
@@ -62,7 +64,22 @@ def main(args, argv) -> int:
     return _report(out, created, shown, rc, quiet=args.quiet)
 
 
-def _out_dir(given: str | None) -> tuple[Path, bool]:
+def _check_program(cmd: list[str]) -> None:
+    """Refuse a program that cannot start before anything is printed or created."""
+    import shutil
+
+    exe = cmd[0]
+    if os.sep in exe or (os.altsep and os.altsep in exe):
+        p = Path(exe)
+        if not p.exists():
+            raise TraceCommandError(f"command not found: {exe}")
+        if p.is_dir() or not os.access(p, os.X_OK):
+            raise TraceCommandError(f"cannot run {exe}: not an executable file")
+    elif shutil.which(exe) is None:
+        raise TraceCommandError(f"command not found: {exe}")
+
+
+def _out_dir(given: str | None, overwrite: bool = False) -> tuple[Path, bool]:
     if given:
         out = Path(given)
         if out.exists() and not out.is_dir():
@@ -80,8 +97,11 @@ def _out_dir(given: str | None) -> tuple[Path, bool]:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TraceCommandError(f"cannot create the trace folder {out}: {exc.strerror or exc}") from None
-    # A rerun into the same folder replaces the earlier traces (as `kvinspect run --out` does).
-    for old in [*out.glob("trace*.jsonl"), *out.glob("summary*.json")]:
+    earlier = [*out.glob("trace*.jsonl"), *out.glob("summary*.json")]
+    if earlier and not overwrite:
+        raise TraceCommandError(f"{out} already holds a trace ({earlier[0].name}); choose another --out "
+                                "or pass --overwrite")
+    for old in earlier:
         try:
             old.unlink()
         except OSError as exc:
@@ -95,7 +115,10 @@ def _child_env(out: Path) -> dict:
     from ..core.observe_tracer import ENV_DIR, ENV_PKG
 
     boot = Path(kvinspect.core.__file__).resolve().parent / "_trace_boot"
-    env = dict(os.environ)
+    from ..cli import QUIETED
+
+    # The program runs as it would without kvinspect: none of our own quieting reaches it.
+    env = {k: v for k, v in os.environ.items() if QUIETED.get(k) != v}
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(boot) + (os.pathsep + old if old else "")
     env[ENV_DIR] = str(out)

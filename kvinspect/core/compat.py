@@ -82,6 +82,12 @@ def text_config(config):
         return config.get_text_config()
 
 
+def max_positions(config) -> int | None:
+    """``max_position_embeddings`` of the text model, when it declares one."""
+    mpe = getattr(text_config(config), "max_position_embeddings", None)
+    return int(mpe) if isinstance(mpe, int) and mpe > 0 else None
+
+
 def config_layer_types(config) -> list[str]:
     """The attention type of every decoder layer, as the cache would build it.
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .events import (
-    CACHE_DISABLED, CACHE_FED_WITHOUT_USE_CACHE, CACHE_RECREATED, CHUNK_REACHED, CONFIG_OVERRIDE,
+    CACHE_DISABLED, CACHE_FED_WITHOUT_USE_CACHE, CACHE_RECREATED, CHUNK_REACHED, CONFIG_OVERRIDE, CONTEXT_LIMIT,
     DUPLICATE_CONTEXT, PREFIX_DIVERGENCE, UNBOUNDED_WINDOW, WINDOW_REACHED, Event, _ranges,
 )
 
@@ -51,6 +51,7 @@ class TurnContext:
     error: str = ""
     stopped: bool = False
     decode: Any = None  # optional callable ids -> text, for divergence excerpts
+    max_positions: int | None = None  # the model's max_position_embeddings, when it has one
 
 
 def _attention_rows(ctx: TurnContext):
@@ -98,6 +99,11 @@ def detect_turn(ctx: TurnContext, record) -> list[Event]:
     # -- config override --------------------------------------------------------------------
     if ctx.config_collision:
         events.append(_config_event(ctx, failed=ctx.status == "failed" and not ctx.config_cleared))
+
+    # -- context limit --------------------------------------------------------------------------
+    limit_event = _context_limit_event(ctx, cached)
+    if limit_event is not None:
+        events.append(limit_event)
 
     if not cached:
         return events
@@ -193,6 +199,28 @@ def detect_turn(ctx: TurnContext, record) -> list[Event]:
     # -- windows: reached (info) and unbounded (warn) ---------------------------------------------
     events += _window_events(ctx, record, cached)
     return events
+
+
+def _context_limit_event(ctx: TurnContext, cached) -> Event | None:
+    """Positions past max_position_embeddings: RoPE models do not raise there, their output degrades."""
+    limit = ctx.max_positions
+    if not limit or not ctx.samples:
+        return None
+    # The highest position this turn computed: the conversation, or more where context was fed twice.
+    positions = conversation_tokens(ctx)
+    if cached:
+        positions = max(positions, _max_seen(cached[-1]))
+    if positions <= limit:
+        return None
+    over = [i for i, s in enumerate(ctx.samples) if (_max_seen(s) if s.cache_id else 0) > limit]
+    return Event(
+        CONTEXT_LIMIT, "warn", ctx.turn_index, ctx.first_step + (over[0] if over else 0),
+        f"turn {ctx.turn_index + 1} used positions up to {positions}, past the model's max_position_embeddings "
+        f"({limit}): {positions - limit} positions the model was never trained on",
+        "Keep the conversation under the model's context length: drop or summarise old turns before it passes "
+        f"{limit} tokens (a sliding window bounds memory, not positions).",
+        data={"positions": int(positions), "max_position_embeddings": int(limit)},
+    )
 
 
 def _config_event(ctx: TurnContext, failed: bool) -> Event:
@@ -348,9 +376,12 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
             items.append(_item("length", "Cache length matches the conversation", "fail",
                                f"{len(bad)} layer(s) off: " + "; ".join(detail)))
         else:
-            items.append(_item("length", "Cache length matches the conversation", "pass",
-                               f"every layer has seen {expected} tokens (prompt {len(ctx.prompt)} + "
-                               f"{len(ctx.new_ids)} new − 1)"))
+            evidence = f"every layer has seen {expected} tokens (prompt {len(ctx.prompt)} + {len(ctx.new_ids)} new − 1)"
+            if ctx.max_positions and expected > ctx.max_positions:
+                items.append(_item("length", "Cache length matches the conversation", "warn",
+                                   f"{evidence}, past the model's max_position_embeddings ({ctx.max_positions})"))
+            else:
+                items.append(_item("length", "Cache length matches the conversation", "pass", evidence))
 
     # 3. attention windows and whether each layer reached them
     rows = [r for r in _attention_rows(ctx) if r[2] in ("sliding", "chunked") or r[1] in ("sliding", "chunked")]

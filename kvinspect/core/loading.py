@@ -272,6 +272,9 @@ def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remo
         raise
     _check_causal(config, where)
     step("loading tokenizer", 0.2)
+    if resolved.kind == "dir" and not any((Path(resolved.location) / n).exists() for n in _TOKENIZER_FILES):
+        raise ModelLoadError(f"{where} has no tokenizer files (looked for {', '.join(_TOKENIZER_FILES[:4])}, …); "
+                             "copy the model's tokenizer next to its config.json")
     try:
         tok = AutoTokenizer.from_pretrained(resolved.location, **kw)
     except Exception as exc:  # noqa: BLE001 - tokenizer backends raise many types
@@ -287,9 +290,21 @@ def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remo
     return model, tok
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
+                    "vocab.txt", "merges.txt", "tiktoken.model")
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    """One line for the user; a first line that announces a list ("… one of:") keeps its list."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    rest = lines[1:]
+    while text.endswith(":") and rest:
+        text += " " + "; ".join(rest)
+        rest = []
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _spec_or_load_error(resolved: ResolvedSpec, exc: BaseException):

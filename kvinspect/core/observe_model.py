@@ -285,6 +285,7 @@ class ModelObserver:
         ctx.status = status
         ctx.error = error
         ctx.decode = decode
+        ctx.max_positions = compat.max_positions(self.model.config)
         events = detect_observed(ctx, self.record, tt, decode)
         if turn.marked:
             # The user grouped these forwards: several cache objects in one marked turn are theirs to have.

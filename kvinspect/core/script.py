@@ -40,6 +40,9 @@ class GenerationSettings:
             raise ScriptError(f"top_k must be a non-negative integer, got {self.top_k!r}")
         if self.seed is not None and not _is_int(self.seed):
             raise ScriptError(f"seed must be an integer or null, got {self.seed!r}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            # torch.manual_seed takes a signed 64-bit value; outside it every turn would fail.
+            raise ScriptError(f"seed must be between 0 and 2**63 - 1, got {self.seed}")
         return self
 
     def to_dict(self) -> dict:
@@ -99,6 +102,8 @@ def _settings(data: dict, where: str) -> GenerationSettings:
 
 def load_script(path: str | os.PathLike) -> ChatScript:
     p = Path(path)
+    if p.is_dir():
+        raise ScriptError(f"{path} is a folder; --script takes a chat script JSON file")
     if not p.is_file():
         raise ScriptError(f"script not found: {path}")
     try:

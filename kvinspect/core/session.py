@@ -296,6 +296,10 @@ class ChatSession:
 
     # -- cache preparation --------------------------------------------------------------------
     @property
+    def max_positions(self) -> int | None:
+        return compat.max_positions(self.model.config)
+
+    @property
     def max_cache_len(self) -> int:
         if self.options.max_cache_len:
             return int(self.options.max_cache_len)
@@ -366,7 +370,8 @@ class ChatSession:
         turn.prompt_ids = prompt
         ctx = TurnContext(turn_index=index, policy=policy, cache_impl=impl,
                           cached_before=len(self.cached_ids), prompt=prompt,
-                          prev_cache_id=self.last_cache_id, cached_ids_before=list(self.cached_ids))
+                          prev_cache_id=self.last_cache_id, cached_ids_before=list(self.cached_ids),
+                          max_positions=self.max_positions)
         self.record.add_turn(turn)
         if self.writer:
             self.writer.turn_started(turn)
@@ -376,6 +381,7 @@ class ChatSession:
         streamer = _Streamer(self.tok, on_token, self._eos_ids())
         t0 = time.perf_counter()
         new_ids: list[int] = []
+        failed_cache = None
         try:
             self.memory.reset_peak()
             self.observer.enabled = True
@@ -389,14 +395,18 @@ class ChatSession:
             turn.status = "failed"
             turn.error = self._explain_failure(exc, prompt)
             log.info("turn %d failed: %s", index + 1, turn.error, exc_info=not isinstance(exc, (ValueError, IndexError, RuntimeError)))
+            # What was generated before the failure still counts (and shows in the turn's numbers).
+            new_ids = list(streamer.ids)
             # The cache may be half-updated: drop it, the next turn starts clean (and says so).
+            # The dropped object is still measured once, so the turn shows what it held when it failed.
+            failed_cache = self.cache
             self.cache = None
             self.cached_ids = []
         finally:
             self.observer.enabled = False
             self._turn = None
         t1 = time.perf_counter()
-        self._finish_turn(turn, ctx, prompt, new_ids, streamer, t0, t1)
+        self._finish_turn(turn, ctx, prompt, new_ids, streamer, t0, t1, failed_cache)
         return turn
 
     def _messages(self, user_text: str) -> list[dict]:
@@ -559,7 +569,8 @@ class ChatSession:
                     f"prompt, so generate() had nothing left to feed ({type(exc).__name__}: {text[:120]})")
         return f"{type(exc).__name__}: {text[:300]}"
 
-    def _finish_turn(self, turn: TurnRecord, ctx: TurnContext, prompt, new_ids, streamer, t0, t1) -> None:
+    def _finish_turn(self, turn: TurnRecord, ctx: TurnContext, prompt, new_ids, streamer, t0, t1,
+                     failed_cache=None) -> None:
         eos = self._eos_ids()
         reply_ids = [i for i in new_ids if i not in eos]
         turn.reply = self.tok.decode(reply_ids, skip_special_tokens=True) if reply_ids else ""
@@ -584,11 +595,19 @@ class ChatSession:
         elif turn.status == "failed":
             pass  # a failed turn leaves the conversation as it was
         snap = self.probe.snapshot(self.cache) if self.cache is not None else None
+        if snap is None and failed_cache is not None:
+            try:
+                snap = self.probe.snapshot(failed_cache)
+            except Exception:  # noqa: BLE001 - a cache broken by the failure is simply not shown
+                log.debug("could not measure the cache of the failed turn", exc_info=True)
         cache_ids = [s.cache_id for s in samples if s.cache_id]
         turn.cache_id = cache_ids[-1] if cache_ids else 0
         if snap is not None and turn.cache_id in (0, snap.cache_id):
             turn.cache_id = snap.cache_id if cache_ids else turn.cache_id
         turn.cache_class = snap.cache_class if snap is not None and cache_ids else ("None" if not cache_ids else "")
+        if snap is not None and failed_cache is not None and not cache_ids:
+            # Failed before its first forward finished: the cache it was handed is the one shown.
+            turn.cache_id, turn.cache_class = snap.cache_id, snap.cache_class
         if snap is not None:
             turn.layers = [lay.to_dict() for lay in snap.layers]
             turn.kv_bytes = snap.bytes

@@ -13,13 +13,21 @@ def _fmt_s(v) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _fmt_ms(v) -> str:
+    # Milliseconds: a tiny model's first token comes in 3 ms, which "0.00 s" would hide.
+    if v is None:
+        return "-"
+    ms = v * 1e3
+    return f"{ms:.1f}" if ms < 10 else f"{ms:.0f}"
+
+
 def turn_table(record: TraceRecord) -> str:
-    cols = ["turn", "status", "prompt", "reused", "prefill", "new", "TTFT s", "total s", "tok/s", "cache", "KV bytes"]
+    cols = ["turn", "status", "prompt", "reused", "prefill", "new", "TTFT ms", "total s", "tok/s", "cache", "KV bytes"]
     rows = []
     for t in record.turns:
         rows.append([
             str(t.index + 1), t.status, str(t.prompt_tokens), str(t.reused_tokens), str(t.prefill_tokens),
-            str(t.new_tokens), _fmt_s(t.ttft_s), _fmt_s(t.total_s),
+            str(t.new_tokens), _fmt_ms(t.ttft_s), _fmt_s(t.total_s),
             "-" if t.tokens_per_s is None else f"{t.tokens_per_s:.1f}",
             f"#{t.cache_id}" if t.cache_id else "none", human_bytes(t.kv_bytes),
         ])

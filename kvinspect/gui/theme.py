@@ -39,6 +39,7 @@ EVENT_MARKERS = {
     "cache_fed_without_use_cache": ("p", "#E5484D"),
     "turn_failed": ("x", "#FF3B3B"),
     "turn_stopped": ("h", "#8A8F98"),
+    "context_limit": ("arrow_up", "#E3A008"),
 }
 
 #: Devices in the memory plot: CPU grey-blue, accelerators green shades, others cycled.

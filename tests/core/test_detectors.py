@@ -14,6 +14,7 @@ import numpy as np
 
 from kvinspect.core.detectors import TurnContext, detect_turn, turn_checklist
 from kvinspect.core.events import (
+    CONTEXT_LIMIT,
     CACHE_DISABLED, CACHE_FED_WITHOUT_USE_CACHE, CACHE_RECREATED, CHUNK_REACHED, CONFIG_OVERRIDE,
     DUPLICATE_CONTEXT, PREFIX_DIVERGENCE, UNBOUNDED_WINDOW, WINDOW_REACHED, Event,
 )
@@ -129,6 +130,35 @@ def test_cache_disabled_reports_the_positions_recomputed():
     assert kinds(events) == [CACHE_DISABLED]
     assert events[0].data == {"forwards": 5, "q_len_first": 30, "q_len_last": 34, "positions": 30 + 31 + 32 + 33 + 34}
     assert statuses(items) == {"cache_object": "fail", "length": "warn", "window": "pass", "device": "warn"}
+
+
+# -- context_limit ----------------------------------------------------------------------------------------
+
+def test_context_limit_fires_only_past_max_position_embeddings():
+    at = conversation(40, 10, FULL2, prev_cache_id=1, cached_before=30)
+    at.max_positions = 49  # the conversation uses exactly 40 + 10 - 1 positions: fine
+    events, items = run(at)
+    assert events == [] and statuses(items)["length"] == "pass"
+    past = conversation(40, 10, FULL2, prev_cache_id=1, cached_before=30)
+    past.max_positions = 45
+    events, items = run(past)
+    assert kinds(events) == [CONTEXT_LIMIT] and events[0].severity == "warn"
+    assert events[0].data == {"positions": 49, "max_position_embeddings": 45}
+    # It shows at the first forward that went past the limit: seen 40, 41, … 49 → the 6th forward (46).
+    assert events[0].step == past.first_step + 6
+    assert statuses(items)["length"] == "warn" and "max_position_embeddings (45)" in items[1]["evidence"]
+
+
+def test_kvinspect_run_warns_past_the_context_length(tmp_path, capsys):
+    from kvinspect.cli import main
+
+    script = tmp_path / "long.json"
+    script.write_text(json.dumps({"turns": ["a" * 4100], "max_new_tokens": 4}))  # tiny-llama: 4096 positions
+    rc = main(["run", "--model", "tiny-llama", "--script", str(script), "--out", str(tmp_path / "o"), "-q"])
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert rc == 0 and summary["problems"] == [CONTEXT_LIMIT]
+    ev = summary["turns"][0]["events"]
+    assert [e["kind"] for e in ev] == [CONTEXT_LIMIT] and "4096" in ev[0]["message"]
 
 
 # -- cache_recreated --------------------------------------------------------------------------------------

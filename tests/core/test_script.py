@@ -76,7 +76,7 @@ def test_missing_file(tmp_path):
 
 
 def test_a_folder_is_not_a_script(tmp_path):
-    _one_line_error(tmp_path, "script not found")
+    _one_line_error(tmp_path, "is a folder")
 
 
 @pytest.mark.parametrize("cut", [1, 10, 25])

@@ -191,8 +191,29 @@ def test_usage_mistakes_are_one_line_and_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kvinspect", "trace"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing to run" in r.stderr
     r = kvinspect_trace(tmp_path / "out", "no-such-program-kvinspect")
-    assert r.returncode == 2 and "command not found: no-such-program-kvinspect" in r.stderr
-    assert "Traceback" not in r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "command not found: no-such-program-kvinspect" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_earlier_trace_is_never_lost_and_the_program_sees_its_own_environment(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "trace.jsonl").write_text("earlier\n")
+    (out / "summary.json").write_text("{}")
+    p = tmp_path / "env.py"
+    p.write_text("import os\nprint(sorted(k for k in ('TQDM_DISABLE', 'TRANSFORMERS_VERBOSITY', "
+                 "'HF_HUB_DISABLE_PROGRESS_BARS') if k in os.environ))\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TQDM_DISABLE", "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    r = kvinspect_trace(out, sys.executable, str(p), env=env)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--overwrite" in r.stderr
+    assert (out / "trace.jsonl").read_text() == "earlier\n" and (out / "summary.json").exists()
+    # With --overwrite the earlier files go; the program's environment is its own (kvinspect's
+    # quieting of its own output does not reach it).
+    r = kvinspect_trace(out, sys.executable, str(p), env=env, extra=("--overwrite",))
+    assert r.returncode == 0 and r.stdout == "[]\n", (r.stdout, r.stderr)
+    assert not (out / "trace.jsonl").exists()
 
 
 LIVE = textwrap.dedent('''
