@@ -28,5 +28,6 @@ def main(args, argv) -> int:
     for n in res.notes:
         print(f"note: {n}")
     if res.reproduction is not None:
-        print(f"reproduce, from {res.out_dir}: {shlex.join(res.reproduction.command)}")
+        where = res.reproduction.run_in or res.out_dir
+        print(f"reproduce, from {where}: {shlex.join(res.reproduction.command)}")
     return 0

@@ -8,6 +8,7 @@ The GUI copies them to the clipboard; the report bundle (:mod:`.report`) is buil
 from __future__ import annotations
 
 import json
+import math
 
 from .events import Event, _ranges
 from .record import TraceRecord, TurnRecord
@@ -48,7 +49,44 @@ def code_span(v) -> str:
 
 
 def _num(v, nd: int = 2) -> str:
-    return "–" if v is None else f"{v:.{nd}f}"
+    return "–" if not _known(v) else f"{v:.{nd}f}"
+
+
+def _known(v) -> bool:
+    """A number worth printing: a damaged or partial turn can hold None, and averages NaN."""
+    return isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))
+
+
+def _size(v) -> str:
+    """Bytes for a table cell; unknown is a dash, never ``None``/``nan``."""
+    return human_bytes(v) if _known(v) else "–"
+
+
+def count_noun(n: int, noun: str) -> str:
+    """``1 turn``, ``2 turns``: a report is prose, not ``turn(s)``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def turn_phrase(numbers, capital: bool = False) -> str:
+    """``turn 2``, ``turns 2 and 3``, ``turns 1–4``, ``turns 1, 3 and 5`` (1-based turn numbers)."""
+    ns = sorted(set(numbers))
+    if len(ns) == 1:
+        out = f"turn {ns[0]}"
+    elif len(ns) == 2:
+        out = f"turns {ns[0]} and {ns[1]}"
+    else:
+        head, sep, tail = _ranges(ns).rpartition(", ")
+        out = f"turns {head} and {tail}" if sep else f"turns {tail}"
+    return out[0].upper() + out[1:] if capital else out
+
+
+def cache_label(turn: TurnRecord) -> str:
+    """The Cache cell of a turn. The trace writes the class ``"None"`` for a turn that ended with no
+    cache object (a failed first forward): shown as ``none``, as the terminal table does."""
+    cls = turn.cache_class if turn.cache_class not in ("", "None", None) else ""
+    if turn.cache_id:
+        return f"#{turn.cache_id} {cls}".strip()
+    return cls or "none"
 
 
 def run_lengths(values: list) -> str:
@@ -86,16 +124,15 @@ def turns_markdown(record: TraceRecord) -> str:
               "Decode (tok/s)", "KV logical", "KV held", "Peak RSS"] + (["Peak accel"] if accel else []) + ["Prefix"]
     rows = []
     for t in record.turns:
-        cache = f"#{t.cache_id} {t.cache_class}".strip() if t.cache_id else (t.cache_class or "none")
         if t.divergence_at is not None:
             prefix = f"diverged at {t.divergence_at}" + (f", cropped {t.cropped_from}→{t.reused_tokens}"
                                                           if t.cropped_from is not None else "")
         else:
             prefix = "matches" if t.reused_tokens else "–"
-        row = [t.index + 1, t.status, t.policy, cache, t.prompt_tokens, t.reused_tokens, t.prefill_tokens,
-               t.new_tokens, _num(t.ttft_s), _num(t.total_s), _num(t.tokens_per_s, 1), human_bytes(t.kv_bytes),
-               human_bytes(t.kv_held_bytes), human_bytes(t.peak_rss)]
-        row += [human_bytes(t.peak_accel_bytes)] if accel else []
+        row = [t.index + 1, t.status, t.policy, cache_label(t), t.prompt_tokens, t.reused_tokens, t.prefill_tokens,
+               t.new_tokens, _num(t.ttft_s), _num(t.total_s), _num(t.tokens_per_s, 1), _size(t.kv_bytes),
+               _size(t.kv_held_bytes), _size(t.peak_rss)]
+        row += [_size(t.peak_accel_bytes)] if accel else []
         rows.append(row + [prefix])
     if not rows:
         return "*No turns recorded.*"
@@ -124,7 +161,7 @@ def layer_table_markdown(record: TraceRecord, step: int) -> str:
             + (f"cache #{cid}" if cid else "no cache") + f", query length {int(record.q_len[step])})")
     for r in rows:
         r["attention"] = r.get("config_attention") or "full"
-        r["bytes"] = human_bytes(r.get("bytes"))
+        r["bytes"] = _size(r.get("bytes"))
     body = []
     for idx, sig in collapse_layers(rows, ("attention", "window", "seen", "stored", "device", "bytes")):
         body.append([_ranges(idx), sig["attention"], sig["window"], sig["seen"], sig["stored"], sig["device"],
@@ -144,7 +181,7 @@ def turn_layers_markdown(turn: TurnRecord) -> str:
     for idx, sig in collapse_layers(rows, keys):
         row = [_ranges(idx), sig["kind"]] + ([sig["config_attention"]] if differ else [])
         row += [sig["cls"], sig["seen"], sig["stored"], sig["capacity"], sig["window"], sig["device"], sig["dtype"],
-                human_bytes(sig["bytes"]), human_bytes(sig["held_bytes"])]
+                _size(sig["bytes"]), _size(sig["held_bytes"])]
         body.append(row)
     header = ["Layers", "Kind"] + (["Config asks"] if differ else []) + [
         "Class", "Seen", "Stored", "Capacity", "Window", "Device", "Dtype", "Logical", "Held"]

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import shlex
 
-from .events import _ranges
 from .markdown import (
-    code_span, event_markdown, run_lengths, md_fence, md_table, turn_layers_markdown, turns_markdown,
+    cache_label, code_span, count_noun, event_markdown, md_fence, md_table, run_lengths, turn_layers_markdown,
+    turn_phrase, turns_markdown,
 )
 from .record import TraceRecord
-from .reproduce import RERUN_DIR, SCRIPT_NAME, Reproduction, reproduce
+from .reproduce import OBSERVE, REBUILT, RERUN_DIR, SCRIPT_NAME, TRACE, Reproduction, reproduce, trace_origin
 from .tables import human_bytes
 from .tracefile import TRACE_NAME
 
@@ -41,7 +41,7 @@ def report_markdown(record: TraceRecord, *, reproduction: Reproduction | None = 
         _sec_conversation(record, redacted), _sec_events(record), _sec_checklist(record),
         _sec_plots(images or {}, screenshot, image_notes), _sec_layers(record), _sec_notes(record),
         _sec_files(files),
-        f"---\n<sub>Written by kvinspect {(record.header.get('versions') or {}).get('kvinspect', '')} from "
+        f"---\n<sub>Written by kvinspect {(record.header.get('versions') or {}).get('kvinspect') or ''} from "
         f"`{TRACE_NAME}`. Every file here is plain text, JSON or an image: nothing needs the network or kvinspect "
         f"to read.</sub>",
     ]
@@ -54,28 +54,11 @@ def _title(record: TraceRecord) -> str:
     sess = h.get("session") or {}
     name = m.get("name") or m.get("spec") or "model"
     n = len(record.turns)
-    problems = [e for e in record.events if e.is_problem]
-    if problems:
-        by_kind: dict[str, list[int]] = {}
-        for e in problems:
-            by_kind.setdefault(e.kind, []).append(e.turn + 1)
-        verdict = f"⚠️ **{len(problems)} problem event(s):** " + "; ".join(
-            f"`{k}` (turn{'s' if len(set(ts)) > 1 else ''} {_ranges(ts)})" for k, ts in by_kind.items())
-    else:
-        verdict = "✅ **No problem events.**"
-    info = len(record.events) - len(problems)
-    if info:
-        verdict += f" {info} informational event(s) (expected behaviour, e.g. a window reached)."
-    bad = [t.index + 1 for t in record.turns if t.status not in ("ok", "running")]
-    if bad:
-        verdict += f" Turn(s) {', '.join(map(str, bad))} did not complete normally (see Turns)."
-    if record.notes:
-        verdict += " The trace is damaged: see [Trace notes](#trace-notes)."
     lines = [
-        f"# kvinspect report: {name}, {n} turn{'s' if n != 1 else ''}, policy `{sess.get('policy', '?')}`",
-        verdict,
-        f"Recorded {h.get('created', '?')} · {record.n_steps} forward passes · trace format "
-        f"{h.get('version', '?')}" + (" · **conversation redacted**" if record.header.get("redacted") else ""),
+        f"# kvinspect report: {name}, {count_noun(n, 'turn')}, policy `{sess.get('policy') or '?'}`",
+        _verdict(record),
+        f"Recorded {h.get('created') or '?'} · {record.n_steps} forward passes · trace format "
+        f"{h.get('version') or '?'}" + (" · **conversation redacted**" if record.header.get("redacted") else ""),
         "Contents: [Reproduce](#reproduce) · [Environment](#environment) · [Model](#model) · "
         "[Cache and session](#cache-and-session) · [Turns](#turns) · [Events](#events) · "
         "[Checklist](#checklist) · [Plots](#plots) · [Layers at the end of each turn](#layers-at-the-end-of-each-turn)",
@@ -83,31 +66,94 @@ def _title(record: TraceRecord) -> str:
     return "\n\n".join(lines)
 
 
+def _verdict(record: TraceRecord) -> str:
+    """One bold sentence (problems or none), then the other facts as a list: read at a glance in an issue."""
+    problems = [e for e in record.events if e.is_problem]
+    if problems:
+        by_kind: dict[str, list[int]] = {}
+        for e in problems:
+            by_kind.setdefault(e.kind, []).append(e.turn + 1)
+        head = f"⚠️ **{count_noun(len(problems), 'problem event')}:** " + "; ".join(
+            f"`{k}` ({turn_phrase(ts)})" for k, ts in by_kind.items()) + "."
+    else:
+        head = "✅ **No problem events.**"
+    facts = []
+    info = len(record.events) - len(problems)
+    if info:
+        facts.append(f"{count_noun(info, 'informational event')} (expected behaviour, such as a window reached).")
+    bad = [t for t in record.turns if t.status not in ("ok", "running")]
+    if bad:
+        statuses = {t.status for t in bad}
+        why = bad[0].status if len(statuses) == 1 else ", ".join(f"turn {t.index + 1} {t.status}" for t in bad)
+        facts.append(f"{turn_phrase([t.index + 1 for t in bad], capital=True)} did not complete normally ({why}): "
+                     f"see [Turns](#turns).")
+    if record.notes:
+        facts.append("The trace is damaged: see [Trace notes](#trace-notes).")
+    return head + ("\n\n" + "\n".join(f"- {f}" for f in facts) if facts else "")
+
+
 def _sec_reproduce(record: TraceRecord, rep: Reproduction, redacted: bool) -> str:
-    cmd = shlex.join(rep.command)
-    out = ["## Reproduce", "From this folder, with kvinspect installed:", md_fence(cmd, "bash")]
+    if rep.origin in (TRACE, OBSERVE):
+        out = ["## Reproduce", *_reproduce_program(rep)]
+    else:
+        out = ["## Reproduce", "From this folder, with kvinspect installed:", md_fence(shlex.join(rep.command), "bash"),
+               *_reproduce_script(record, rep, redacted)]
+    if rep.caveats:
+        out.append("Caveats:\n\n" + "\n".join(f"- {c}" for c in rep.caveats))
+    return "\n\n".join(out)
+
+
+def _rerun_writes(aside: str = "") -> str:
+    return (f"writes `{RERUN_DIR}/{TRACE_NAME}` and `{RERUN_DIR}/{SUMMARY_NAME}`{aside}: compare their per-turn, "
+            f"per-layer `seen`/`stored` with `{SUMMARY_NAME}` here")
+
+
+def _reproduce_script(record: TraceRecord, rep: Reproduction, redacted: bool) -> list[str]:
+    """``kvinspect run`` (recorded or rebuilt): the command replays the bundled chat script."""
     tpl = f" with the chat template `{rep.template_name}` saved next to it" if rep.template_name else ""
-    writes = (f"writes `{RERUN_DIR}/{TRACE_NAME}` and `{RERUN_DIR}/{SUMMARY_NAME}`: compare their per-turn, "
-              f"per-layer `seen`/`stored` with `{SUMMARY_NAME}` here")
+    out = []
     if redacted:
         n = len(record.turns)
         skeleton = {"turns": [f"<your turn {i + 1}>" for i in range(n)]}
         if rep.script:
             skeleton.update(rep.script.settings.to_dict())
         out.append(f"The conversation is redacted, so `{SCRIPT_NAME}` cannot be included. To rerun, write a "
-                   f"`{SCRIPT_NAME}` with {n} turn(s) of your own (and your system prompt, if any), with the "
-                   f"same settings as this session:")
+                   f"`{SCRIPT_NAME}` with {count_noun(n, 'turn')} of your own (and your system prompt, if any), "
+                   f"with the same settings as this session:")
         out.append(md_fence(json.dumps(skeleton, indent=2), "json"))
-        out.append(f"The command then runs it{tpl} and {writes}.")
+        out.append(f"The command then runs it{tpl} and {_rerun_writes()}.")
     elif rep.script:
-        out.append(f"It replays `{SCRIPT_NAME}` (the {len(rep.script.turns)} user turns and generation settings of "
-                   f"this session){tpl}, and {writes}.")
-    if not rep.from_header:
+        n = len(rep.script.turns)
+        out.append(f"It replays `{SCRIPT_NAME}` (the {count_noun(n, 'user turn')} and generation settings of "
+                   f"this session){tpl}, and {_rerun_writes()}.")
+    else:
+        out.append(f"No turn kept its text in this trace, so there is no `{SCRIPT_NAME}`: write one with your own "
+                   f"turns before running the command.")
+    if rep.origin == REBUILT:
         out.append("This session was not started by `kvinspect run` (e.g. the window): the command is rebuilt from "
                    "the session settings recorded in the trace.")
-    if rep.caveats:
-        out.append("Caveats:\n\n" + "\n".join(f"- {c}" for c in rep.caveats))
-    return "\n\n".join(out)
+    return out
+
+
+def _reproduce_program(rep: Reproduction) -> list[str]:
+    """A traced or observed program: rerun the program. There is no chat script, and the words say why."""
+    where = f" (`{rep.run_in}` when it was recorded)" if rep.run_in else ""
+    no_script = (f"There is no `{SCRIPT_NAME}`: the program decides the conversation, and its turns are its "
+                 f"`generate()` (or forward) calls, named here by call site.")
+    if rep.origin == TRACE:
+        return [f"From the folder the program ran in{where}, with kvinspect installed:",
+                md_fence(shlex.join(rep.command), "bash"),
+                f"It runs the program again, unchanged, under `kvinspect trace`, which observes every causal LM it "
+                f"runs, and {_rerun_writes(' (a trace per model)')}.", no_script]
+    intro = ("This trace was written by `kvinspect.observe()` inside the program, so no kvinspect command "
+             "reproduces it by itself.")
+    if not rep.command:
+        return [intro + " Run the program again; its `observe()` block writes a new trace (and its "
+                "`summary.json`) to compare with `summary.json` here.", no_script]
+    return [intro + f" Run the program again, from the folder it ran in{where}:",
+            md_fence(shlex.join(rep.command), "bash"),
+            f"Its `observe()` block writes a new trace (and its `{SUMMARY_NAME}`): compare their per-turn, per-layer "
+            f"`seen`/`stored` with `{SUMMARY_NAME}` here.", no_script]
 
 
 def _env_table(record: TraceRecord) -> str:
@@ -125,11 +171,12 @@ def _env_table(record: TraceRecord) -> str:
     if mach.get("torch_threads"):
         dev.append(f"{mach['torch_threads']} torch threads")
     os_ = " · ".join(str(x) for x in (mach.get("os"), mach.get("platform"), mach.get("machine")) if x)
-    rows = [["kvinspect", v.pop("kvinspect", "?")], ["transformers", v.pop("transformers", "?")],
-            ["torch", v.pop("torch", "?")], ["Python", f"{v.pop('python', '?')} ({mach.get('python_impl', '?')})"],
+    rows = [["kvinspect", v.pop("kvinspect", None) or "?"], ["transformers", v.pop("transformers", None) or "?"],
+            ["torch", v.pop("torch", None) or "?"],
+            ["Python", f"{v.pop('python', None) or '?'} ({mach.get('python_impl') or '?'})"],
             ["OS", os_ or "?"], ["Device", " · ".join(dev)]]
     if v:
-        rows.append(["Other packages", ", ".join(f"{k} {x}" for k, x in v.items())])
+        rows.append(["Other packages", ", ".join(f"{k} {x}" for k, x in v.items() if x)])
     return md_table(["Component", "Version"], rows)
 
 
@@ -137,17 +184,18 @@ def _sec_model(record: TraceRecord) -> str:
     h = record.header
     m = h.get("model") or {}
     layers = h.get("layers") or []
-    kinds = run_lengths([f"{d.get('config_attention', 'full')}" + (f" {d['window']}" if d.get("window") else "")
-                   for d in layers]) or "–"
+    kinds = run_lengths([f"{d.get('config_attention') or 'full'}" + (f" {d['window']}" if d.get("window") else "")
+                         for d in layers]) or "–"
     rows = [["Spec", code_span(m.get("spec"))], ["Name", m.get("name")], ["Class", code_span(m.get("class"))],
-            ["Source", m.get("source")], ["Dtype", m.get("dtype")], ["Load time", f"{m.get('load_seconds', '?')} s"],
+            ["Source", m.get("source")], ["Dtype", m.get("dtype")], ["Load time", _seconds(m.get("load_seconds"))],
             ["Layers", f"{record.n_layers}: {kinds}"]]
     out = ["## Model", md_table(["Field", "Value"], rows)]
     if m.get("notes"):
         out.append("Loading notes:\n\n" + "\n".join(f"- {n}" for n in m["notes"]))
     cfg = m.get("config") or {}
     if cfg:
-        crow = [[code_span(k), run_lengths(v) if isinstance(v, list) and len(v) > 4 else json.dumps(v, ensure_ascii=False)]
+        crow = [[code_span(k), run_lengths([x if isinstance(x, str) else json.dumps(x) for x in v])
+                 if isinstance(v, list) and len(v) > 4 else json.dumps(v, ensure_ascii=False)]
                 for k, v in cfg.items()]
         out.append("Config fields that govern caching (text config):\n\n" + md_table(["Field", "Value"], crow))
     gc = m.get("generation_config") or {}
@@ -158,14 +206,20 @@ def _sec_model(record: TraceRecord) -> str:
     return "\n\n".join(out)
 
 
+def _seconds(v) -> str:
+    """Load time: kvinspect did not load an observed model, so it has none; a dash, not ``None s``."""
+    return f"{v:.2f} s" if isinstance(v, (int, float)) and v == v else "–"
+
+
 def _sec_cache(record: TraceRecord, rep: Reproduction) -> str:
     h = record.header
     sess = h.get("session") or {}
     classes: dict[str, list[int]] = {}
     for t in record.turns:
-        if t.cache_class:
-            classes.setdefault(t.cache_class, []).append(t.index + 1)
-    cls = "; ".join(f"`{c}` (turn {_ranges(ts)})" for c, ts in classes.items()) or "–"
+        if t.cache_class:  # "None": the turn ended without a cache object
+            name = "no cache object" if cache_label(t) == "none" else code_span(t.cache_class)
+            classes.setdefault(name, []).append(t.index + 1)
+    cls = "; ".join(f"{c} ({turn_phrase(ts)})" for c, ts in classes.items()) or "–"
     tpl = sess.get("chat_template")
     tpl_text = f"{code_span(tpl)}" + (f", saved here as `{rep.template_name}`" if rep.template_name else "") \
         if tpl else "the tokenizer's own"
@@ -182,7 +236,7 @@ def _sec_cache(record: TraceRecord, rep: Reproduction) -> str:
         rows.append(["Colliding cache_implementation", "respected (not cleared)"])
     mem = h.get("memory") or {}
     if mem:
-        rows.append(["Memory counters", ", ".join(f"{k}={v}" for k, v in mem.items())])
+        rows.append(["Memory counters", ", ".join(f"{k}={v}" for k, v in mem.items() if v is not None)])
     return "## Cache and session\n\n" + md_table(["Setting", "Value"], rows)
 
 
@@ -190,12 +244,18 @@ def _sec_conversation(record: TraceRecord, redacted: bool) -> str:
     if not record.turns:
         return ""
     out = ["## Conversation"]
+    # An observed program's turns are its calls, labelled by call site: not user messages.
+    observed = trace_origin(record.header) in (TRACE, OBSERVE)
+    if observed:
+        out.append("The program's own calls: each turn is labelled by where it was made; the prompt text stays the "
+                   "program's and is not recorded.")
     if redacted:
         out.append("Redacted: each message is replaced by its token count.")
     for t in record.turns:
-        out.append(f"**Turn {t.index + 1}, user**" + (" (redacted)" if redacted else ""))
-        out.append(md_fence(t.user))
-        label = f"**Assistant** ({t.new_tokens} new tokens, {t.status})"
+        out.append(f"**Turn {t.index + 1}, {'call' if observed else 'user'}**" + (" (redacted)" if redacted else ""))
+        out.append(md_fence(t.user or ""))
+        new = count_noun(t.new_tokens, "new token") if isinstance(t.new_tokens, int) else "new tokens unknown"
+        label = f"**{'Output' if observed else 'Assistant'}** ({new}, {t.status or 'status unknown'})"
         reply = t.reply if t.reply else "(no reply recorded)"
         if not redacted and reply.count("\n") > 12:
             out.append(f"<details><summary>{label}</summary>\n\n{md_fence(reply)}\n\n</details>")
@@ -263,7 +323,7 @@ def _sec_layers(record: TraceRecord) -> str:
            "Consecutive layers with identical values share a row. Logical = bytes of the visible K/V rows; "
            "held = bytes of the storage those tensors keep alive."]
     for t in record.turns:
-        summ = f"Turn {t.index + 1}: {len(t.layers)} layers"
+        summ = f"Turn {t.index + 1}: " + (count_noun(len(t.layers), "layer") if t.layers else "no cache object")
         if t.layers:
             seen = [lay.get("seen") for lay in t.layers if lay.get("seen") is not None]
             stored = [lay.get("stored") for lay in t.layers if lay.get("stored") is not None]
@@ -271,7 +331,7 @@ def _sec_layers(record: TraceRecord) -> str:
                 summ += f", seen {min(seen)}–{max(seen)}" if min(seen) != max(seen) else f", seen {seen[0]}"
             if stored:
                 summ += f", stored {min(stored)}–{max(stored)}" if min(stored) != max(stored) else f", stored {stored[0]}"
-            summ += f", {human_bytes(t.kv_bytes)}"
+            summ += f", {human_bytes(t.kv_bytes) if isinstance(t.kv_bytes, (int, float)) else 'size unknown'}"
         out.append(f"<details{' open' if t.index == len(record.turns) - 1 else ''}><summary>{summ}</summary>\n\n"
                    f"{turn_layers_markdown(t)}\n\n</details>")
     return "\n\n".join(out)

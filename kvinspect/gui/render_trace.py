@@ -113,6 +113,24 @@ def export(win: pg.GraphicsLayoutWidget, path: Path, fmt: str) -> None:
 
 # -- shared pieces ------------------------------------------------------------------------------------
 
+class StepAxis(pg.AxisItem):
+    """The forward-pass axis: whole steps from 0. The view reaches left of step 0 (the layer-kind
+    strip, padding), where pyqtgraph's default ticks would label ``-1``; and a short trace would get
+    ``0.5`` steps, which do not exist."""
+
+    def tickValues(self, minVal, maxVal, size):
+        levels = [(spacing, [v for v in values if v >= 0 and float(v).is_integer()])
+                  for spacing, values in super().tickValues(minVal, maxVal, size) if spacing >= 1]
+        levels = [(spacing, values) for spacing, values in levels if values]
+        if not levels:  # a one- or two-step trace: the default spacing was below a step
+            levels = [(1.0, [float(v) for v in range(max(0, int(np.ceil(minVal))), int(np.floor(maxVal)) + 1)])]
+        return levels
+
+
+def _step_plot(win: pg.GraphicsLayoutWidget, row: int) -> pg.PlotItem:
+    return win.addPlot(row=row, col=0, axisItems={"bottom": StepAxis("bottom")})
+
+
 def _font(pt: int = FONT_PT, bold: bool = False) -> QtGui.QFont:
     f = QtGui.QFont()
     f.setPointSize(pt)
@@ -137,9 +155,12 @@ def _title(win: pg.GraphicsLayoutWidget, record: TraceRecord, what: str) -> None
     h = record.header
     m = h.get("model") or {}
     s = h.get("session") or {}
-    sub = (f"{m.get('name') or m.get('spec') or 'model'} · policy {s.get('policy', '?')} · cache "
-           f"{s.get('cache_impl', '?')} · {len(record.turns)} turns · {record.n_steps} forward passes · "
-           f"transformers {(h.get('versions') or {}).get('transformers', '?')} · {h.get('device', '?')}")
+    # An observed program chose its own cache (no cache_impl in the header): say nothing rather than "None".
+    cache = f" · cache {s['cache_impl']}" if s.get("cache_impl") else ""
+    n = len(record.turns)
+    sub = (f"{m.get('name') or m.get('spec') or 'model'} · policy {s.get('policy') or '?'}{cache} · "
+           f"{n} turn{'' if n == 1 else 's'} · {record.n_steps} forward passes · "
+           f"transformers {(h.get('versions') or {}).get('transformers') or '?'} · {h.get('device') or '?'}")
     win.addLabel(f"<span style='font-size:15pt; font-weight:600'>{what}</span><br>"
                  f"<span style='font-size:10pt; color:#444'>{_esc(sub)}</span>", row=0, col=0)
 
@@ -222,7 +243,7 @@ def cache_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     stored[stored < 0] = np.nan
 
     legend = _legend(win, 1, 2)
-    top = win.addPlot(row=2, col=0)
+    top = _step_plot(win, 2)
     _style_plot(top, f"tokens, Σ over {L} layers", None)
     tot_seen = np.nansum(seen, axis=1)
     tot_stored = np.nansum(stored, axis=1)
@@ -235,7 +256,7 @@ def cache_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     _turns(top, record, labels=True, y_label=max(float(np.nanmax(tot_seen)), 1) * 1.11)
     _event_lines(top, record.events, labels=True)
 
-    heat = win.addPlot(row=3, col=0)
+    heat = _step_plot(win, 3)
     _style_plot(heat, "layer", "forward pass (step)")
     heat.setXLink(top)
     heat.showGrid(x=False, y=False)  # no lines over the heatmap; also lets the edge tick labels overflow
@@ -344,7 +365,7 @@ def memory_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     x = np.arange(n, dtype=np.float64)
 
     legend = _legend(win, 1, 2)
-    kv = win.addPlot(row=2, col=0)
+    kv = _step_plot(win, 2)
     by_dev = record.kv_bytes_by_device()
     total = np.zeros(n) if not by_dev else np.sum(list(by_dev.values()), axis=0).astype(np.float64)
     held = [t.kv_held_bytes for t in record.turns]
@@ -372,7 +393,7 @@ def memory_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     _turns(kv, record, labels=True, y_label=ymax * 1.14)
     _event_lines(kv, record.events, labels=False)
 
-    proc = win.addPlot(row=3, col=0)
+    proc = _step_plot(win, 3)
     proc.setXLink(kv)
     rss = record.rss.astype(np.float64)
     alloc = record.accel_allocated.astype(np.float64)

@@ -4,12 +4,16 @@ redaction everywhere in the bundle, and the Markdown snippets the GUI copies to 
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib.util
+import io
 import json
 import re
 import shlex
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +21,8 @@ import pytest
 
 from kvinspect.cli import main as cli_main
 from kvinspect.core.events import PREFIX_DIVERGENCE, WINDOW_REACHED
-from kvinspect.core.markdown import md_cell, md_fence
+import kvinspect
+from kvinspect.core.markdown import md_cell, md_fence, turn_phrase
 from kvinspect.core.redact import redact_command
 from kvinspect.core.report import (
     event_markdown, layer_table_markdown, turn_layers_markdown, turns_markdown, write_report,
@@ -124,7 +129,7 @@ def test_round_trip_smollm2_with_a_diverging_template(smollm2, tmp_path):
                    "--device", "cpu", "--dtype", "float32", "--chat-template", "qwen3-think.jinja"]
     md = (bundle / "report.md").read_text()
     assert "not started by `kvinspect run`" in md and "kvinspect models fetch smollm2" in md
-    assert "⚠️ **2 problem event(s):** `prefix_divergence` (turns 2–3)" in md
+    assert "⚠️ **2 problem events:** `prefix_divergence` (turns 2 and 3)." in md
     assert "diverged at" in md and "*What to do:*" in md
     assert load_script(bundle / "script.json").system == "You are a concise geography assistant."
     _assert_same_lengths(run.trace, _rerun_from_report(bundle))
@@ -245,7 +250,7 @@ def test_reproduce_names_what_a_command_cannot_carry(gemma3_record):
         caveats = " ".join(reproduce(rec).caveats)
     finally:
         rec.turns[1].policy, rec.turns[2].status = saved
-    assert "different policies (recreate, reuse)" in caveats and "turn(s) 3 were stopped by hand" in caveats
+    assert "different policies (recreate, reuse)" in caveats and "turn 3 was stopped by hand" in caveats
 
 
 def test_out_folder_mistakes_exit_2(gemma3_record, tmp_path, capsys):
@@ -260,3 +265,134 @@ def test_out_folder_mistakes_exit_2(gemma3_record, tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("kvinspect: error: ") and why in err and err.count("\n") == 1
     assert (other / "trace.jsonl").exists() and (other / "script.json").exists()  # untouched
+
+
+# -- what the review of `kvinspect report` found: failed turns, observed programs, wording, plot axes ---------------
+
+#: Python's None/NaN and "(s)" plurals in prose ("event(s)", "Turn(s)"); column headers such as "TTFT (s)" are fine.
+_LEAKS = re.compile(r"\bNone\b|\bnan\b|\w\(s\)")
+
+
+def _report_md(source, out: Path, **kw) -> str:
+    write_report(source, out, plots_enabled=False, **kw)
+    return (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_failed_turn_reads_as_sentences_without_python_none(tmp_path):
+    """A static cache that overflows in turn 2 (the review's case)."""
+    script = ChatScript(["Tell me about the sea, please.", "More about waves?"],
+                        settings=GenerationSettings(max_new_tokens=16))
+    run = run_script(load_cached("tiny-llama"), script, tmp_path / "run",
+                     SessionOptions(cache_impl="static", max_cache_len=100))
+    rec = read_trace(run.trace)
+    assert [t.status for t in rec.turns] == ["ok", "failed"]
+    # A turn that ended with no cache object is written with the class "None" (observed programs, and
+    # `kvinspect run` traces of a turn that failed before its first forward): the state the review saw.
+    t2 = rec.turns[1]
+    t2.cache_id, t2.cache_class, t2.layers, t2.kv_bytes, t2.kv_held_bytes = 0, "None", [], 0, 0
+    md = _report_md(rec, tmp_path / "bundle")
+    assert not _LEAKS.findall(md), _LEAKS.findall(md)
+    assert ("⚠️ **1 problem event:** `turn_failed` (turn 2).\n\n"
+            "- Turn 2 did not complete normally (failed): see [Turns](#turns).") in md
+    assert "| 2 | failed | reuse | none | 103 |" in md  # as the terminal table says it
+    assert "| Cache class | `StaticCache` (turn 1); no cache object (turn 2) |" in md
+    assert "Turn 2: no cache object</summary>" in md
+
+
+def test_problems_and_informational_events_are_separate_sentences(tmp_path):
+    script = ChatScript(["Tell me about the sea, please.", "More about waves?"],
+                        settings=GenerationSettings(max_new_tokens=16))
+    run = run_script(load_cached("tiny-mistral"), script, tmp_path / "run",
+                     SessionOptions(policy="cache-and-use-cache-false"))
+    md = _report_md(run.trace, tmp_path / "bundle")
+    verdict = md.split("\n\nRecorded ")[0].split("\n\n", 1)[1]
+    assert verdict == ("⚠️ **2 problem events:** `cache_fed_without_use_cache` (turn 1); `turn_failed` (turn 2).\n\n"
+                       "- 1 informational event (expected behaviour, such as a window reached).\n"
+                       "- Turn 2 did not complete normally (failed): see [Turns](#turns).")
+    assert not re.findall(r"\bNone\b|\bnan\b", md)
+
+
+def test_turn_phrase():
+    assert turn_phrase([2]) == "turn 2" and turn_phrase([3, 2], capital=True) == "Turns 2 and 3"
+    assert turn_phrase([1, 2, 3]) == "turns 1–3" and turn_phrase([1, 3, 5]) == "turns 1, 3 and 5"
+    assert turn_phrase([1, 2, 3, 5]) == "turns 1–3 and 5"
+
+
+def _load_example(name: str):
+    spec = importlib.util.spec_from_file_location(Path(name).stem, ROOT / "resources" / "examples" / name)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def observed_record():
+    """correct_multi_turn.py under kvinspect.observe(): turns are generate() calls labelled by call site."""
+    lm = load_cached("tiny-gemma3")
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore", FutureWarning)  # the example spells past_key_values= as the article does
+        with kvinspect.observe(lm.model, lm.tokenizer) as obs:
+            _load_example("correct_multi_turn.py").run(lm.model, lm.tokenizer)
+    rec = obs.record
+    assert len(rec.turns) == 3 and rec.turns[0].user.startswith("generate() at correct_multi_turn.py:")
+    return rec
+
+
+def _as_traced(record, argv: list[str]):
+    """The record as `kvinspect trace -- PROGRAM` writes it (the header is all that differs)."""
+    rec = copy.copy(record)
+    rec.header = copy.deepcopy(record.header)
+    rec.header["command"] = ["kvinspect", "trace", "--", *argv]
+    rec.header["observed"].update(mode="trace", argv=argv, cwd="/home/me/proj")
+    return rec
+
+
+def test_a_traced_program_gets_no_script_and_a_trace_command(observed_record, tmp_path):
+    argv = ["python", "correct_multi_turn.py", "--model", "tiny-gemma3"]
+    res = write_report(_as_traced(observed_record, argv), tmp_path / "bundle", plots_enabled=False)
+    md = res.report.read_text(encoding="utf-8")
+    assert not (tmp_path / "bundle" / "script.json").exists()  # call-site labels are no chat script
+    assert res.reproduction.script is None and "script.json" not in {f.name for f in res.files}
+    assert _command_in(res.report) == ["kvinspect", "trace", "--out", "rerun", "--", *argv]
+    assert "From the folder the program ran in (`/home/me/proj` when it was recorded)" in md
+    assert "It runs the program again, unchanged, under `kvinspect trace`" in md
+    assert "replays" not in md and "There is no `script.json`" in md
+    assert "| Load time | – |" in md and "**Turn 1, call**" in md
+    assert not _LEAKS.findall(md), _LEAKS.findall(md)
+
+
+def test_an_observe_api_trace_says_the_program_reruns_it(observed_record, tmp_path):
+    md = _report_md(observed_record, tmp_path / "bundle")
+    assert not (tmp_path / "bundle" / "script.json").exists()
+    assert "written by `kvinspect.observe()` inside the program" in md
+    assert _command_in(tmp_path / "bundle" / "report.md") == observed_record.header["observed"]["argv"]
+    assert "replays" not in md and "not started by `kvinspect run`" not in md
+    assert not _LEAKS.findall(md), _LEAKS.findall(md)
+
+
+@pytest.mark.skipif(not HAS_QT, reason="needs PySide6 and pyqtgraph")
+def test_plot_step_axes_have_whole_ticks_from_zero(tmp_path):
+    """The kind strip sits left of step 0: the step axis must not label -1 there, nor half steps."""
+    from PySide6 import QtWidgets
+
+    import pyqtgraph as pg
+
+    from kvinspect.gui.render_trace import cache_figure, memory_figure
+
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
+    script = ChatScript(["Hi there", "And?"], settings=GenerationSettings(max_new_tokens=3))
+    rec = run_script(load_cached("tiny-gemma2"), script, tmp_path / "run").record
+    assert rec.n_steps <= 8  # short: pyqtgraph's default spacing would go below one step
+    for build in (cache_figure, memory_figure):
+        win = build(rec)
+        win.resize(1000, 650)
+        win.show()
+        app.processEvents()
+        plots = [it for it in win.ci.items if type(it) is pg.PlotItem]  # not the colour bar
+        assert len(plots) == 2
+        for p in plots:
+            lo, hi = p.viewRange()[0]
+            ax = p.getAxis("bottom")
+            ticks = [v for _, vs in ax.tickValues(lo, hi, ax.width()) for v in vs]
+            assert ticks and all(v >= 0 and float(v).is_integer() for v in ticks), (build.__name__, lo, ticks)
+        win.close()
