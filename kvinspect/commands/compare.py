@@ -104,11 +104,10 @@ def build_plan(args, argv: list[str] | None = None):
         command=["kvinspect", *(argv if argv is not None else sys.argv[1:])],
     )
     if args.chat_template:
-        p = Path(args.chat_template)
-        if not p.is_file():
-            raise ScriptError(f"chat template not found: {args.chat_template}")
-        plan.chat_template = p.read_text(encoding="utf-8")
-        plan.chat_template_name = str(p)
+        from .common import read_chat_template
+
+        plan.chat_template = read_chat_template(args.chat_template)
+        plan.chat_template_name = str(args.chat_template)
     return plan.validate()
 
 
@@ -160,6 +159,7 @@ class _Interrupt:
 def main(args, argv) -> int:
     from ..core.compare import run_compare
     from ..core.compare_report import write_report
+    from ..core.errors import ScriptError
     from ..core.loading import load_model, resolve_spec
 
     plan = build_plan(args, argv)
@@ -167,7 +167,7 @@ def main(args, argv) -> int:
     out = Path(args.out)
     prepare_out(out, args.overwrite)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                        progress=progress_printer("loading " + args.model))
+                        progress=None if args.quiet else progress_printer("loading " + args.model))
 
     def progress(done: int, total: int, message: str) -> None:
         if not args.quiet:
@@ -176,7 +176,9 @@ def main(args, argv) -> int:
     with _Interrupt() as interrupted:
         result = run_compare(loaded, plan, out, progress=progress, cancel=interrupted)
     files = write_report(result, out, plots=not args.no_plots)
-    print(summary_text(result))
+    text = summary_text(result)
+    if text:
+        print(text)
     for c in result.configs:
         if c.status != "ran":
             print(f"{c.name}: {c.status}: {c.reason}")
@@ -188,12 +190,16 @@ def main(args, argv) -> int:
     if result.cancelled:
         print("cancelled: the report covers what finished", file=sys.stderr)
         return 130
+    unmeasured = result.unmeasured()
+    if unmeasured:
+        # The files list every skip with its reason; the exit status says nothing was measured.
+        raise ScriptError(unmeasured[0])
     return 0
 
 
 def summary_text(result) -> str:
     """A terminal table of the per-configuration medians (compare.md has everything)."""
-    from ..core.compare_markdown import fmt_rate, spread
+    from ..core.compare_markdown import fmt_rate, recompile_note, spread
     from ..core.compare_report import build_report
     from ..core.tables import human_bytes
 
@@ -207,20 +213,28 @@ def summary_text(result) -> str:
                  ",".join("-" if x is None else str(x) for x in c["summary"]["prefill_tokens_per_turn"]),
                  human_bytes(c["summary"]["peak_kv_bytes"]), str(c["summary"]["turns_failed"])] for c in ran]
         lines += _text_table(head, rows)
-    if d.get("stress"):
+    for c in d["configs"]:
+        w = c.get("warmup") or {}
+        if c.get("compile") and w.get("compiled_graphs") is not None:
+            lines.append(f"{c['name']}: graphs compiled (recompilations included): {w['compiled_graphs']} in warm-up, "
+                         f"{c.get('steady_compiled_graphs')} during the measured repeats")
+        if c.get("recompile_limit"):
+            lines.append(recompile_note(c["name"], c["recompile_limit"]).replace("`", ""))
+    if d.get("stress") and d["stress"]["configs"]:
         lines.append("")
         rows = [[c["name"], c["status"], str(c["failed_at_turn"] or "-"), str(c["tokens_at_failure"] or "-"),
-                 c["failure_kind"] or "-"] for c in d["stress"]["configs"]]
-        lines += _text_table(["stress", "result", "failed at turn", "tokens at failure", "kind"], rows)
-    if d.get("lengths"):
+                 str(c.get("cache_rows_needed") or "-"), c["failure_kind"] or "-"] for c in d["stress"]["configs"]]
+        lines += _text_table(["stress", "result", "failed at turn", "tokens at failure (prompt+new)",
+                              "cache rows needed", "kind"], rows)
+    if d.get("lengths") and d["lengths"]["configs"] and d["lengths"]["prompt_tokens"]:
         lines.append("")
-        lens = d["lengths"]["lengths"]
+        lens = [int(k) for k in d["lengths"]["prompt_tokens"]]
         rows = []
         for c in d["lengths"]["configs"]:
             pts = {p["length"]: p for p in c["points"]}
             rows.append([c["name"]] + [spread(pts[n]["ttft_s"]) if n in pts else "-" for n in lens])
         lines += _text_table(["TTFT by prompt length"] + [str(n) for n in lens], rows)
-    return "\n".join(lines)
+    return "\n".join(lines).strip("\n")
 
 
 def _text_table(head: list[str], rows: list[list[str]]) -> list[str]:

@@ -28,6 +28,7 @@ from .compare_configs import (
     compiled_decode,
     compiled_graph_count,
     default_compile_mode,
+    quiet_recompiles,
     unavailable_reason,
 )
 from .compare_metrics import memory_kind, memory_now, turn_metrics
@@ -130,6 +131,8 @@ class RunMetrics:
     length: int | None = None  # prompt-length sweep: the requested prompt tokens
     max_cache_len: int | None = None
     started_at: float = 0.0  # epoch seconds: the order runs really happened in (interleaving)
+    #: dynamo's "hit config.recompile_limit" warnings during this run (kept off stderr, reported instead)
+    recompile_limit_hits: list[dict] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -145,7 +148,8 @@ class RunMetrics:
             "config": self.config, "kind": self.kind, "repeat": self.repeat, "dir": self.dir,
             "status": self.status, "wall_s": self.wall_s, "baseline_memory_bytes": self.baseline_memory_bytes,
             "compiled_graphs": self.compiled_graphs, "length": self.length, "max_cache_len": self.max_cache_len,
-            "started_at": self.started_at, "turns": self.turns,
+            "started_at": self.started_at, "recompile_limit_hits": list(self.recompile_limit_hits),
+            "turns": self.turns,
         }
 
 
@@ -190,6 +194,31 @@ class CompareResult:
             if c.name == name:
                 return c
         raise KeyError(name)
+
+    def unmeasured(self) -> tuple[str, bool] | None:
+        """Why a requested section measured nothing because everything in it was skipped, or None.
+
+        Returns ``(one-line reason, total)``; ``total`` is True when the comparison as a whole
+        measured nothing. A cancelled comparison is never "unmeasured": it says it was cancelled.
+        """
+        if self.cancelled:
+            return None
+        if self.configs and not any(c.active for c in self.configs):
+            verb = "skipped" if all(c.status == "skipped" for c in self.configs) else "skipped or failed"
+            why = "; ".join(f"{c.name}: {_without_name(c.reason, c.name)}" for c in self.configs)
+            return f"nothing was measured: every configuration was {verb} ({why})", True
+        if self.plan.prompt_lengths and self.lengths_skipped and not self.length_prompts:
+            why = "; ".join(f"{s['length']}: {_without_name(s['reason'], '')}" for s in self.lengths_skipped)
+            only = not (self.plan.conversation or self.plan.turns_until_failure)
+            head = "nothing was measured" if only else "the prompt-length sweep measured nothing"
+            return f"{head}: every --prompt-lengths length was skipped ({why})", only
+        return None
+
+
+def _without_name(reason: str | None, name: str) -> str:
+    """``offloaded needs a CUDA device …`` → ``needs a CUDA device …`` (the name is already said)."""
+    text = (reason or "no reason given").strip().replace("; ", ", ")  # "; " separates the entries
+    return text[len(name) + 1:] if text.lower().startswith(name.lower() + " ") else text
 
 
 class _Ticker:
@@ -305,11 +334,13 @@ def run_once(
     # which sits in reference cycles (session ↔ observer hook), and gives the memory baseline.
     run.baseline_memory_bytes = memory_now(loaded)
     g0 = compiled_graph_count() if cfg.compile else None
-    compile_ctx = (compiled_decode(model, plan.compile_mode or default_compile_mode(loaded.device))
-                   if cfg.compile else contextlib.nullcontext())
     run.started_at = time.time()
     t0 = time.perf_counter()
-    with _isolated_generation_config(model), compile_ctx:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_isolated_generation_config(model))
+        if cfg.compile:
+            run.recompile_limit_hits = stack.enter_context(quiet_recompiles())
+            stack.enter_context(compiled_decode(model, plan.compile_mode or default_compile_mode(loaded.device)))
         res = run_script(loaded, script, out_dir / rel_dir, opts, command=_command(loaded, plan, cfg, max_cache_len),
                          on_turn=on_turn, should_stop=should_stop)
     run.wall_s = time.perf_counter() - t0

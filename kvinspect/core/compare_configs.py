@@ -74,19 +74,54 @@ class CompareConfig:
                 "description": self.description}
 
 
+def canonical_name(policy: str, impl: str, compile: bool = False) -> str:
+    """The one name of a (policy, cache, compiled) triple: ``reuse`` and ``dynamic`` are the defaults.
+
+    ``reuse:static`` → ``static``, ``recreate:dynamic`` → ``recreate``, ``reuse:static+compile`` →
+    ``static+compile``; anything else is ``POLICY:IMPL`` (+``+compile``).
+    """
+    for name, triple in NAMED.items():
+        if triple == (policy, impl, compile):
+            return name
+    if policy == "reuse":
+        base = impl
+    elif impl == "dynamic":
+        base = policy
+    else:
+        base = f"{policy}:{impl}"
+    return base + (COMPILE_SUFFIX if compile else "")
+
+
+#: Policies that never use the cache the configuration names, and why (refused with an explicit cache).
+_CACHE_IGNORED = {
+    "nocache": "nocache runs without a cache object (use_cache=False), so a cache implementation would be "
+               "ignored; write plain 'nocache'",
+    "cache-without-config": "cache-without-config always builds a plain DynamicCache() without the model config, "
+                            "so another cache implementation would be ignored; write plain 'cache-without-config'",
+}
+
+
 def parse_config(name: str) -> CompareConfig:
-    """``dynamic``, ``static+compile``, a policy name (``recreate``) or ``POLICY:IMPL`` (``recreate:static``)."""
+    """``dynamic``, ``static+compile``, a policy name (``recreate``) or ``POLICY:IMPL`` (``recreate:static``).
+
+    The configuration gets its canonical name (:func:`canonical_name`), whatever the spelling.
+    """
     raw = (name or "").strip()
     key = raw.lower().replace("_", "-")
+    if not key:
+        raise ScriptError("--configs has an empty entry (two commas in a row, or a leading/trailing comma); "
+                          "e.g. dynamic,static,nocache")
     if key in NAMED:
         policy, impl, comp = NAMED[key]
         return CompareConfig(key, policy, impl, comp)
     comp = key.endswith(COMPILE_SUFFIX)
     base = key.removesuffix(COMPILE_SUFFIX)
+    explicit_impl = False
     try:
         if ":" in base:
             pol, impl = base.split(":", 1)
             policy, impl = check_policy(pol), check_cache_impl(impl)
+            explicit_impl = True
         elif base in CACHE_IMPLS:
             policy, impl = "reuse", base
         elif base in POLICIES:
@@ -98,22 +133,34 @@ def parse_config(name: str) -> CompareConfig:
             f"unknown configuration {raw!r}; use {', '.join(NAMED)}, a policy ({', '.join(POLICIES)}) "
             f"or POLICY:IMPL (e.g. recreate:static)"
         ) from None
-    if comp and (impl != "static" or policy == "nocache"):
+    if policy in _CACHE_IGNORED and (comp or (explicit_impl and (policy == "nocache" or impl != "dynamic"))):
+        raise ScriptError(f"configuration {raw!r}: {_CACHE_IGNORED[policy]}")
+    if comp and impl != "static":
         raise ScriptError(f"configuration {raw!r}: +compile needs a static cache (e.g. static+compile); "
                           f"a dynamic cache changes shape every step, so there is nothing stable to compile")
-    return CompareConfig(key, policy, impl, comp)
+    return CompareConfig(canonical_name(policy, impl, comp), policy, impl, comp)
 
 
 def parse_configs(text: str) -> list[CompareConfig]:
-    """A comma-separated list; empty items are ignored, duplicates refused."""
-    names = [n.strip() for n in (text or "").split(",") if n.strip()]
-    if not names:
+    """A comma-separated list; empty entries and duplicates (after canonical naming) are refused."""
+    raw = [n.strip() for n in (text or "").split(",")]
+    if not any(raw):
         raise ScriptError("--configs needs at least one configuration, e.g. dynamic,static,nocache")
+    if not all(raw):
+        raise ScriptError(f"--configs {text.strip()!r} has an empty entry (two commas in a row, or a "
+                          f"leading/trailing comma); list configurations like dynamic,static,nocache")
     out: list[CompareConfig] = []
-    for n in names:
+    typed: dict[str, str] = {}
+    for n in raw:
         cfg = parse_config(n)
-        if any(c.name == cfg.name for c in out):
-            raise ScriptError(f"configuration {cfg.name!r} is listed twice in --configs")
+        if cfg.name in typed:
+            first = typed[cfg.name]
+            if first.lower() == n.lower():
+                raise ScriptError(f"configuration {cfg.name!r} is listed twice in --configs")
+            raise ScriptError(f"--configs lists the same configuration twice: {first!r} and {n!r} are both "
+                              f"{cfg.name!r} (policy {cfg.policy}, {cfg.cache_impl} cache"
+                              + (", compiled" if cfg.compile else "") + "); list it once")
+        typed[cfg.name] = n
         out.append(cfg)
     return out
 
@@ -243,3 +290,49 @@ def compiled_decode(model, mode: str):
             model.forward = saved
         else:
             del model.forward
+
+
+#: The dynamo loggers whose "hit config.recompile_limit" warning a compiled run may trigger.
+_DYNAMO_LOGGERS = ("torch._dynamo.convert_frame", "torch._dynamo")
+
+
+class _RecompileLimitCapture:
+    """A logging filter that swallows dynamo's "hit config.recompile_limit" warning and keeps what it said."""
+
+    def __init__(self):
+        self.hits: list[dict] = []
+
+    def filter(self, record) -> bool:
+        msg = str(getattr(record, "msg", ""))
+        if "hit config." not in msg:
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        hit = {"limit_type": None, "limit": None, "function": None, "reason": None}
+        for key, val in zip(("limit_type", "limit", "function", "reason"), args):
+            hit[key] = val if isinstance(val, (int, float)) or val is None else str(val)
+        if hit["reason"]:  # "1/7: <guard>  # <source line>": keep the guard
+            hit["reason"] = re.sub(r"^\d+/\d+:\s*", "", hit["reason"].split("#", 1)[0].strip())[:200]
+        self.hits.append(hit)
+        return False
+
+
+@contextlib.contextmanager
+def quiet_recompiles():
+    """Keep dynamo's recompile-limit warning off stderr for the duration of a compiled run; yield the hits.
+
+    A multi-turn chat feeds the compiled decode step new shapes or guarded values (e.g. the sliding
+    layers' position counters), so recompiling is expected here and hitting the limit means "the
+    rest runs eagerly", which the report states instead. The filter is removed on exit, so the
+    process's logging is as it was before the run.
+    """
+    import logging
+
+    cap = _RecompileLimitCapture()
+    loggers = [logging.getLogger(n) for n in _DYNAMO_LOGGERS]
+    for lg in loggers:
+        lg.addFilter(cap)
+    try:
+        yield cap.hits
+    finally:
+        for lg in loggers:
+            lg.removeFilter(cap)

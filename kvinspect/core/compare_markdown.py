@@ -7,26 +7,55 @@ from .tables import human_bytes
 DASH = "–"
 
 
+def _time_unit(v: float) -> tuple[float, str, int]:
+    """(scale, unit, decimals) for a time in seconds: ms below 1 s; about three significant digits."""
+    v = abs(v)
+    if v < 1:
+        ms = v * 1000
+        return 1000.0, "ms", 1 if ms < 10 else 0
+    return 1.0, "s", 2 if v < 10 else 1 if v < 100 else 0
+
+
+def _rate_decimals(v: float) -> int:
+    v = abs(v)
+    return 2 if v < 10 else 1 if v < 100 else 0
+
+
 def fmt_s(v) -> str:
+    """One time, in ms below a second (``93.1 ms``, ``100 ms``) and in s above (``2.37 s``)."""
     if v is None:
         return DASH
-    v = float(v)
-    if v < 0.1:
-        return f"{v * 1000:.1f} ms"
-    return f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
+    scale, unit, dec = _time_unit(float(v))
+    return f"{float(v) * scale:.{dec}f} {unit}"
 
 
 def fmt_rate(v) -> str:
-    return DASH if v is None else (f"{v:.1f}" if v < 1000 else f"{v:.0f}")
+    """A rate (tokens/s): about three significant digits (``40.8``, ``925``, ``1064``)."""
+    return DASH if v is None else f"{float(v):.{_rate_decimals(float(v))}f}"
 
 
 def spread(st: dict | None, fmt=fmt_s) -> str:
-    """``median [min–max]``; just the value when there is one sample."""
+    """``median [min–max]`` in one unit and one precision, both taken from the median
+    (``100 ms [93–110]``, ``925 [901–1064]``); just the value when there is one sample."""
     if not st:
         return DASH
-    if st["n"] == 1 or st["min"] == st["max"]:
-        return fmt(st["median"])
-    return f"{fmt(st['median'])} [{fmt(st['min'])}–{fmt(st['max'])}]"
+    med_v, lo_v, hi_v = float(st["median"]), float(st["min"]), float(st["max"])
+    if fmt is fmt_s:
+        scale, unit, dec = _time_unit(med_v)
+        suffix = f" {unit}"
+    elif fmt is fmt_rate:
+        scale, dec, suffix = 1.0, _rate_decimals(med_v), ""
+    else:  # any other formatter: values as it writes them
+        if st["n"] == 1 or lo_v == hi_v:
+            return fmt(med_v)
+        return f"{fmt(med_v)} [{fmt(lo_v)}–{fmt(hi_v)}]"
+
+    def num(x: float) -> str:
+        return f"{x * scale:.{dec}f}"
+
+    if st["n"] == 1 or num(lo_v) == num(hi_v):
+        return num(med_v) + suffix
+    return f"{num(med_v)}{suffix} [{num(lo_v)}–{num(hi_v)}]"
 
 
 def med(st: dict | None):
@@ -78,6 +107,9 @@ def markdown(d: dict) -> str:
     out += [" · ".join(facts), ""]
     if d.get("cancelled"):
         out += ["> **Cancelled**: the figures below cover only what finished before Cancel.", ""]
+    if d.get("nothing_measured"):
+        head, _, why = d["nothing_measured"].partition(": ")
+        out += [f"> **{head[:1].upper()}{head[1:]}**: {why}.", ""]
     if d.get("command"):
         out += ["```", " ".join(d["command"]), "```", ""]
     configs = d["configs"]
@@ -178,7 +210,21 @@ def _per_config(c: dict, mem: str) -> list[str]:
             line += f" Graphs compiled in warm-up: {w['compiled_graphs']}; during the measured repeats: " \
                     f"{c.get('steady_compiled_graphs')}."
         out += [line, ""]
+    rl = c.get("recompile_limit")
+    if rl:
+        out += [recompile_note(c["name"], rl), ""]
     return out
+
+
+def recompile_note(name: str, rl: dict) -> str:
+    """One sentence: dynamo hit its recompile limit, so part of the decode step ran eagerly."""
+    where = ", ".join(rl.get("runs") or []) or "a run"
+    text = (f"{name}: torch._dynamo reached config.{rl.get('limit_type') or 'recompile_limit'} "
+            f"({rl.get('limit')} graphs for one function) in {where}; dynamo compiled no more graphs for it, so "
+            "decode steps those graphs did not cover ran eagerly and these figures are partly eager.")
+    if rl.get("reason"):
+        text += f" Last recompile reason: `{rl['reason']}`."
+    return text
 
 
 def _v(x) -> str:
@@ -186,27 +232,38 @@ def _v(x) -> str:
 
 
 def _stress(st: dict) -> list[str]:
-    out = [f"## Long-conversation stress (up to {st['max_turns']} turns, script turns cycled)", "",
-           "A configuration fails at its first failed turn (static cache overflow, out of memory, any error) or "
-           "when the conversation passes the model's max_position_embeddings (context limit).", ""]
+    out = [f"## Long-conversation stress (up to {st['max_turns']} turns, script turns cycled)", ""]
+    if not st["configs"]:
+        return out + ["No configuration ran (see Skipped).", ""]
+    out += ["A configuration fails at its first failed turn (static cache overflow, out of memory, any error) or "
+            "when the conversation passes the model's max_position_embeddings (context limit). *Tokens at "
+            "failure* is the failing turn's prompt + max_new_tokens (the conversation length had it finished); "
+            "the cache needed one row less (*cache rows needed*), because generate never feeds back the last "
+            "token.", ""]
     rows = []
     for c in st["configs"]:
         rows.append([f"**{c['name']}**", c["status"], _v(c["failed_at_turn"]), _v(c["tokens_at_failure"]),
-                     _v(c["failure_kind"]), c["turns_completed"], c["tokens_completed"], _v(c.get("max_cache_len")),
-                     c["reason"] or DASH])
-    out += _table(["configuration", "result", "failed at turn", "tokens at failure", "kind", "turns completed",
-                   "tokens completed", "max_cache_len", "reason"], rows, "llrrlrrrl")
+                     _v(c.get("cache_rows_needed")), _v(c["failure_kind"]), c["turns_completed"],
+                     c["tokens_completed"], _v(c.get("max_cache_len")), c["reason"] or DASH])
+    out += _table(["configuration", "result", "failed at turn", "tokens at failure (prompt + new)",
+                   "cache rows needed", "kind", "turns completed", "tokens completed", "max_cache_len", "reason"],
+                  rows, "llrrrlrrrl")
     out.append("")
     return out
 
 
 def _lengths(lg: dict, base: str | None, mem: str) -> list[str]:
-    lens = [int(k) for k in lg["prompt_tokens"]] or lg["lengths"]
-    out = [f"## Prompt-length sweep (one turn, {lg['max_new_tokens']} new tokens; static max_cache_len "
-           f"{lg['max_cache_len']})", "",
-           "Each cell: median [min–max] over repeats. Prompt tokens are the rendered prompt (template included): "
-           + ", ".join(f"{k} → {v}" for k, v in lg["prompt_tokens"].items()) + ".", ""]
+    lens = [int(k) for k in lg["prompt_tokens"]]
     cfgs = lg["configs"]
+    skipped = [f"- length {s['length']} skipped: {s['reason']}" for s in lg.get("skipped") or []]
+    if not lens or not cfgs:
+        why = "every length was skipped" if not lens else "no configuration ran (see Skipped)"
+        return ([f"## Prompt-length sweep (one turn, {lg['max_new_tokens']} new tokens)", "",
+                 f"Nothing was measured: {why}.", ""] + (skipped + [""] if skipped else []))
+    out = [f"## Prompt-length sweep (one turn, {lg['max_new_tokens']} new tokens; static max_cache_len "
+           f"{lg['max_cache_len']})", ""]
+    out += ["Each cell: median [min–max] over repeats. Prompt tokens are the rendered prompt (template included): "
+            + ", ".join(f"{k} → {v}" for k, v in lg["prompt_tokens"].items()) + ".", ""]
 
     def grid(title: str, key: str, fmt, with_ratio: bool):
         rows = []
@@ -234,8 +291,8 @@ def _lengths(lg: dict, base: str | None, mem: str) -> list[str]:
     out += grid("Decode tokens/s", "decode_tokens_per_s", fmt_rate, False)
     out += grid("Peak KV bytes", "peak_kv_bytes", _bytes, False)
     out += grid(mem, "peak_memory_bytes", _bytes, False)
-    if lg.get("skipped"):
-        out += [f"- length {s['length']} skipped: {s['reason']}" for s in lg["skipped"]] + [""]
+    if skipped:
+        out += skipped + [""]
     fails = [(c["name"], p["length"], f) for c in cfgs for p in c["points"] for f in p["failures"]]
     if fails:
         out += _table(["configuration", "length", "count", "reason"],

@@ -37,6 +37,18 @@ def baseline_name(result: CompareResult) -> str | None:
     return ran[0].name if ran else None
 
 
+def recompile_limit(cr) -> dict | None:
+    """Did dynamo hit its recompile limit in any run of this configuration (then the rest ran eagerly)?"""
+    runs = [*cr.warmups, *cr.runs, *cr.length_warmups, *cr.lengths]
+    hits = [(r.dir, h) for r in runs for h in r.recompile_limit_hits]
+    if cr.stress and cr.stress.get("run"):
+        hits += [(cr.stress["run"]["dir"], h) for h in cr.stress["run"].get("recompile_limit_hits") or []]
+    if not hits:
+        return None
+    first = hits[0][1]
+    return {**first, "count": len(hits), "runs": list(dict.fromkeys(d for d, _ in hits))}
+
+
 def build_report(result: CompareResult) -> dict:
     """The compare.json document (without ``plots``, which :func:`write_report` adds)."""
     plan = result.plan
@@ -52,6 +64,7 @@ def build_report(result: CompareResult) -> dict:
             "per_turn": per_turn(cr.runs),
             "warmup": warmup_summary(cr.warmups, summary),
             "steady_compiled_graphs": steady_compiled_graphs(cr.runs) if cr.config.compile else None,
+            "recompile_limit": recompile_limit(cr),
             "runs": [r.to_dict() for r in cr.runs],
             "warmup_runs": [r.to_dict() for r in cr.warmups],
         })
@@ -76,6 +89,7 @@ def build_report(result: CompareResult) -> dict:
             ],
         }
     script = plan.script
+    unmeasured = result.unmeasured()
     return {
         "format": COMPARE_FORMAT,
         "version": COMPARE_VERSION,
@@ -92,6 +106,7 @@ def build_report(result: CompareResult) -> dict:
         "plan": plan.to_dict(),
         "script": None if script is None else {"system": script.system, "turns": list(script.turns)},
         "baseline": baseline_name(result),
+        "nothing_measured": unmeasured[0] if unmeasured else None,
         "configs": configs,
         "stress": stress,
         "lengths": lengths,
@@ -115,7 +130,8 @@ def write_report(result: CompareResult, out_dir: str | os.PathLike | None = None
     jpath = out / JSON_NAME
     _write_json(jpath, data)
     files = CompareFiles(json=jpath, markdown=out / MD_NAME)
-    if plots:
+    unmeasured = result.unmeasured()
+    if plots and not (unmeasured and unmeasured[1]):  # nothing to draw when nothing was measured
         from .plots import render
 
         pr = render("compare", jpath, out / PLOTS_DIR, formats=formats)

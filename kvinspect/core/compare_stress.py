@@ -70,6 +70,8 @@ def run_stress(loaded: LoadedModel, plan: ComparePlan, active: list[ConfigResult
             "reason": failure.get("reason"),
             "prompt_tokens_at_failure": failure.get("prompt_tokens"),
             "tokens_at_failure": failure.get("tokens"),
+            # generate never feeds back its last token: the cache needed one row less than the tokens
+            "cache_rows_needed": (failure["tokens"] - 1) if failure.get("tokens") else None,
             "turns_completed": len(ok),
             "tokens_completed": (last["prompt_tokens"] + last["new_tokens"]) if last else 0,
             "max_cache_len": cr.max_cache_len,

@@ -57,13 +57,53 @@ def test_config_names():
     assert parse_config("Recreate") == CompareConfig("recreate", "recreate", "dynamic", False)
     assert parse_config("recreate:static") == CompareConfig("recreate:static", "recreate", "static", False)
     assert parse_config("recreate:static").slug == "recreate-static"
-    assert [c.name for c in parse_configs("dynamic, static,,nocache")] == ["dynamic", "static", "nocache"]
+    assert [c.name for c in parse_configs("dynamic, static, nocache")] == ["dynamic", "static", "nocache"]
     for bad, why in (("turbo", "unknown configuration"), ("dynamic+compile", r"\+compile needs a static cache"),
                      ("dynamic,dynamic", "listed twice"), ("", "at least one"),
                      ("reuse:paged", "unknown configuration")):
         with pytest.raises(ScriptError, match=why) as exc:
             parse_configs(bad)
         assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("spelling, canonical", [
+    ("reuse:static", "static"), ("reuse:dynamic", "dynamic"), ("REUSE:Offloaded", "offloaded"),
+    ("reuse:quantized", "quantized"), ("reuse:static+compile", "static+compile"), ("recreate:dynamic", "recreate"),
+    ("refeed:dynamic", "refeed"), ("cache-without-config:dynamic", "cache-without-config"),
+    ("recreate:static", "recreate:static"), ("recreate_static", None),
+])
+def test_config_names_are_canonical(spelling, canonical):
+    if canonical is None:  # not the grammar: an unknown name
+        with pytest.raises(ScriptError, match="unknown configuration"):
+            parse_config(spelling)
+        return
+    cfg = parse_config(spelling)
+    assert cfg.name == canonical
+    assert cfg == parse_config(canonical)  # same name, policy, cache and compile flag: the same configuration
+
+
+@pytest.mark.parametrize("text, words", [
+    ("reuse:static,static", ["'reuse:static'", "'static'", "twice"]),
+    ("dynamic,reuse:dynamic", ["'dynamic'", "'reuse:dynamic'", "twice"]),
+    ("static+compile,reuse:static+compile", ["'static+compile'", "'reuse:static+compile'", "twice"]),
+    ("recreate,recreate:dynamic", ["'recreate'", "'recreate:dynamic'", "twice"]),
+    ("dynamic,,static", ["empty entry"]),
+    ("dynamic,static,", ["empty entry"]),
+    (",dynamic", ["empty entry"]),
+    ("dynamic, ,static", ["empty entry"]),
+    ("nocache:static", ["nocache runs without a cache object"]),
+    ("nocache:dynamic", ["nocache runs without a cache object"]),
+    ("nocache:quantized", ["nocache runs without a cache object"]),
+    ("nocache+compile", ["nocache runs without a cache object"]),
+    ("cache-without-config:static", ["DynamicCache() without the model config"]),
+])
+def test_configs_refuse_duplicates_empties_and_ignored_caches(text, words):
+    with pytest.raises(ScriptError) as exc:
+        parse_configs(text)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, msg
 
 
 def test_plan_refuses_nothing_to_do():
@@ -226,6 +266,38 @@ def test_static_compile_warms_up_apart_from_steady_state(tmp_path):
     assert "Warm-up (not in the figures above)" in md
 
 
+def test_recompile_limit_warning_is_captured_and_scoped():
+    """dynamo's "hit config.recompile_limit" warning is kept off stderr during a compiled run, reported
+    instead, and the filter is gone afterwards (other warnings pass untouched)."""
+    import logging
+
+    from kvinspect.core.compare_configs import quiet_recompiles
+
+    lg = logging.getLogger("torch._dynamo.convert_frame")
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    h = Keep()
+    lg.addHandler(h)
+    filters_before = list(lg.filters)
+    try:
+        with quiet_recompiles() as hits:
+            lg.warning("torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s\nsee %s",
+                       "recompile_limit", 8, "'forward' (x.py:1)", "1/7: kwargs['n'] == 60  # n = f()", "url")
+            lg.warning("something else")
+        assert hits == [{"limit_type": "recompile_limit", "limit": 8, "function": "'forward' (x.py:1)",
+                         "reason": "kwargs['n'] == 60"}]
+        assert seen == ["something else"]
+        assert lg.filters == filters_before
+        lg.warning("torch._dynamo hit config.%s (%s)", "recompile_limit", 8)  # outside: not swallowed
+        assert len(seen) == 2
+    finally:
+        lg.removeHandler(h)
+
+
 # -- stress ---------------------------------------------------------------------------------------------
 def _first_overflow(prompts: list[int], max_new: int, cap: int) -> int:
     """1-based turn whose prompt + new tokens no longer fit: a turn needs prompt + max_new - 1 rows."""
@@ -254,6 +326,11 @@ def test_stress_finds_the_static_overflow_turn_exactly(tmp_path, slack):
     assert st["turns_completed"] == expected - 1
     assert st["tokens_completed"] == prompts[expected - 2] + max_new
     assert "static cache overflow" in st["reason"] and "\n" not in st["reason"]
+    # the rows the static cache needed (one less than the tokens: the last token is never fed back) are
+    # the figure the reason names, and exactly one more than the capacity that was just enough
+    assert st["cache_rows_needed"] == prompts[expected - 1] + max_new - 1 == st["tokens_at_failure"] - 1
+    assert f"needs up to {st['cache_rows_needed']} cache rows" in st["reason"]
+    assert st["cache_rows_needed"] > cap
     dyn = result.config("dynamic").stress
     assert dyn["status"] == "survived" and dyn["failed_at_turn"] is None
     assert dyn["turns_completed"] == max_turns
@@ -339,6 +416,69 @@ def test_hybrid_static_reports_failures_with_reasons(tmp_path):
     assert data.json.is_file()
 
 
+# -- nothing measured: every configuration or every length skipped ------------------------------------------
+def _assert_no_empty_tables(md: str) -> None:
+    """Every markdown table has at least one row, and no sentence ends in an empty list (``: .``)."""
+    lines = md.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| ---") or line.startswith("| :---"):
+            assert i + 1 < len(lines) and lines[i + 1].startswith("|"), f"empty table at line {i}: {lines[i - 1]}"
+    assert ": ." not in md and "():" not in md
+
+
+def test_every_configuration_skipped_is_reported_not_measured(tmp_path):
+    lm = load_cached("tiny-mistral")  # sliding layers: quantized is skipped on any machine
+    plan = ComparePlan(configs=parse_configs("quantized"), script=_script(2, 4), repeat=1,
+                       turns_until_failure=3, prompt_lengths=[40])
+    result = run_compare(lm, plan, tmp_path)
+    assert result.config("quantized").status == "skipped" and not result.config("quantized").runs
+    why, total = result.unmeasured()
+    assert total and why.startswith("nothing was measured: every configuration was skipped (quantized: ")
+    assert "full-attention" in why and "\n" not in why
+    files = write_report(result, tmp_path, plots=True)
+    data = json.loads(files.json.read_text(encoding="utf-8"))
+    assert data["nothing_measured"] == why
+    assert data["configs"][0]["status"] == "skipped" and data["configs"][0]["reason"]
+    assert data["stress"]["configs"] == [] and data["lengths"]["configs"] == []
+    assert data["plots"] == [] and not any("no plots" in n for n in data["notes"])
+    md = files.markdown.read_text(encoding="utf-8")
+    assert "> **Nothing was measured**: every configuration was skipped" in md
+    assert "**quantized** (skipped)" in md
+    assert "## Summary" not in md and "## Per configuration" not in md
+    _assert_no_empty_tables(md)
+
+
+def test_every_length_skipped_is_reported_not_measured(tmp_path):
+    lm = load_cached("tiny-llama")
+    too_long = lm.model.config.max_position_embeddings + 1
+    plan = ComparePlan(configs=parse_configs("dynamic,static"), script=None, conversation=False,
+                       prompt_lengths=[too_long], repeat=1, max_new_tokens=4)
+    result = run_compare(lm, plan, tmp_path)
+    assert result.length_prompts == {} and [s["length"] for s in result.lengths_skipped] == [too_long]
+    why, total = result.unmeasured()
+    assert total and why.startswith(f"nothing was measured: every --prompt-lengths length was skipped ({too_long}: ")
+    md = write_report(result, tmp_path, plots=False).markdown.read_text(encoding="utf-8")
+    assert f"length {too_long} skipped: context limit" in md
+    assert "Prompt tokens are the rendered prompt" not in md and "**TTFT" not in md
+    _assert_no_empty_tables(md)
+    # with the conversation too, the sweep alone is called out (the conversation was measured)
+    plan = ComparePlan(configs=parse_configs("dynamic"), script=_script(1, 4), repeat=1,
+                       prompt_lengths=[too_long], max_new_tokens=4)
+    result = run_compare(lm, plan, tmp_path / "both")
+    why, total = result.unmeasured()
+    assert not total and why.startswith("the prompt-length sweep measured nothing: every --prompt-lengths length")
+    md = write_report(result, tmp_path / "both", plots=False).markdown.read_text(encoding="utf-8")
+    assert "## Summary" in md and "| **dynamic** |" in md
+    _assert_no_empty_tables(md)
+
+
+def test_measured_comparisons_are_not_flagged(tiny_compare):
+    _, _, result, files, _ = tiny_compare
+    assert result.unmeasured() is None  # offloaded skipped, the others ran
+    assert json.loads(files.json.read_text(encoding="utf-8"))["nothing_measured"] is None
+    _assert_no_empty_tables(files.markdown.read_text(encoding="utf-8"))
+
+
 # -- the real model -------------------------------------------------------------------------------------------
 @pytest.mark.smollm2
 def test_compare_on_smollm2(smollm2, tmp_path):
@@ -401,6 +541,40 @@ def test_cli_compare(tmp_path, capsys):
                             "-q"], capsys)
     assert rc == 0, err
     assert "TTFT by prompt length" in stdout
+
+
+@pytest.mark.parametrize("model, extra, message", [
+    ("tiny-mistral", ["--configs", "quantized"],
+     "kvinspect: error: nothing was measured: every configuration was skipped (quantized: "),
+    ("tiny-llama", ["--configs", "dynamic", "--prompt-lengths", "100000"],
+     "kvinspect: error: nothing was measured: every --prompt-lengths length was skipped (100000: context limit"),
+])
+def test_cli_compare_nothing_measured_exits_2_after_writing(tmp_path, capsys, model, extra, message):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": ["hi"], "max_new_tokens": 2}), encoding="utf-8")
+    out = tmp_path / "o"
+    rc, stdout, err = _cli(["compare", "--model", model, "--script", str(script), "--out", str(out), "--repeat", "1",
+                            "-q"] + extra, capsys)
+    assert rc == 2
+    assert err.startswith(message) and err.count("\n") == 1, err  # exactly one line, no traceback
+    data = json.loads((out / "compare.json").read_text(encoding="utf-8"))  # the files are still written
+    assert data["nothing_measured"] and err.strip().endswith(data["nothing_measured"])
+    assert (out / "compare.md").is_file()
+    assert "no plots" not in stdout and "report:" in stdout
+
+
+@pytest.mark.parametrize("configs, message", [
+    ("reuse:static,static", "'reuse:static' and 'static' are both 'static'"),
+    ("dynamic,,static", "empty entry"),
+    ("nocache:static", "nocache runs without a cache object"),
+])
+def test_cli_compare_config_mistakes_are_one_line(tmp_path, capsys, configs, message):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": ["hi"]}), encoding="utf-8")
+    rc, _, err = _cli(["compare", "--model", "tiny-llama", "--script", str(script), "--out", str(tmp_path / "o"),
+                       "--configs", configs], capsys)
+    assert rc == 2 and err.startswith("kvinspect: error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()  # refused before the model loads or anything is written
 
 
 @pytest.mark.parametrize("extra, message", [
