@@ -112,7 +112,6 @@ def detect_turn(ctx: TurnContext, record) -> list[Event]:
     first_id = ids[0]
 
     # -- cache recreated ----------------------------------------------------------------------
-    new_objects = sorted(set(ids) - ({ctx.prev_cache_id} if ctx.prev_cache_id else set()))
     if ctx.prev_cache_id and ctx.prev_cache_id not in ids:
         prefill = cached[0].q_len
         reusable = min(_lcp(ctx.cached_ids_before, ctx.prompt), max(len(ctx.prompt) - 1, 0)) if ctx.cached_ids_before else 0
@@ -374,7 +373,7 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
             items.append(_item("length", "Cache length matches the conversation", "warn", "turn failed; not checked"))
         elif bad:
             items.append(_item("length", "Cache length matches the conversation", "fail",
-                               f"{len(bad)} layer(s) off: " + "; ".join(detail)))
+                               f"{len(bad)} layer{'s' if len(bad) != 1 else ''} off: " + "; ".join(detail)))
         else:
             evidence = f"every layer has seen {expected} tokens (prompt {len(ctx.prompt)} + {len(ctx.new_ids)} new − 1)"
             if ctx.max_positions and expected > ctx.max_positions:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from . import compat, env
 from .detectors import TurnContext, detect_turn, turn_checklist
 from .errors import ScriptError, UnsupportedCacheError
-from .events import CONFIG_OVERRIDE, TURN_FAILED, TURN_STOPPED, Event
+from .events import TURN_FAILED, TURN_STOPPED, Event
 from .loading import LoadedModel
 from .memory import MemorySampler
 from .observer import StepObserver, StepSample
