@@ -111,7 +111,23 @@ def load_script(path: str | os.PathLike) -> ChatScript:
     except UnicodeDecodeError:
         raise ScriptError(f"{path}: not UTF-8 text") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise ScriptError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except _DuplicateKey as exc:
+        # JSON itself keeps the last value silently: a script edited by hand would run other settings.
+        raise ScriptError(f"{path}: the key {exc.args[0]!r} appears twice") from None
     return parse_script(data, str(path))
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _no_duplicate_keys(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out

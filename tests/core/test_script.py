@@ -161,3 +161,9 @@ def test_cli_max_new_tokens_override_is_validated(tmp_path, capsys):
                "--max-new-tokens", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "max_new_tokens" in err[0], err
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text('{"turns": ["hi"], "max_new_tokens": 20, "max_new_tokens": 4}')
+    _one_line_error(p, "'max_new_tokens' appears twice")
