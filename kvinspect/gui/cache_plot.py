@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore
 
 from . import theme as th
-from .plot_items import LayerAxis, RegionsItem, StepAxis, StickyRange, layer_ticks, merged_spans
+from .plot_items import HGrid, LayerAxis, RegionsItem, StepAxis, StickyRange, layer_ticks, merged_spans
 from .series import MEAN_SEEN, MEAN_STORED, RecordSeries, envelope
 
 AXIS_W = 72  # every lane's left and right axes have the same width, so their steps line up
@@ -112,7 +112,7 @@ class TokensLane:
         vb.setMouseEnabled(x=True, y=False)
         vb.disableAutoRange()
         self.yrange = StickyRange(keep_clear=0.28)  # the legend row sits over the lane's top
-        self.plot.showGrid(x=False, y=True, alpha=0.15)
+        self.grid = HGrid(self.plot)
         self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
                                           verSpacing=-6, horSpacing=14)
         self.seen = self.plot.plot(name="seen", pen=pg.mkPen("#DDDDDD", width=1.6,
@@ -194,6 +194,7 @@ class TokensLane:
 
     def apply_theme(self, t: th.Theme) -> None:
         self.theme = t
+        self.grid.set_color(t.plot_fg, t.grid_alpha)
         self.seen.setPen(pg.mkPen(t.plot_fg, width=1.6, style=QtCore.Qt.PenStyle.DashLine))
         self.stored.setPen(pg.mkPen(t.plot_fg, width=2.2))
 

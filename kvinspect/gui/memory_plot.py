@@ -14,7 +14,7 @@ from PySide6 import QtCore
 
 from . import theme as th
 from .cache_plot import fixed_axes
-from .plot_items import BytesAxis, StepAxis, StickyRange
+from .plot_items import BytesAxis, HGrid, StepAxis, StickyRange
 from .series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries, envelope
 
 RSS_COLOR = "#C678DD"
@@ -39,7 +39,7 @@ class MemoryLane:
         self.kv_range = StickyRange(keep_clear=0.28)
         # At least 4 % of the value: a flat RSS is not zoomed into sub-MiB noise (nor tick labels too wide to fit).
         self.proc_range = StickyRange(headroom=0.3, zero=False, min_frac=0.04)
-        self.plot.showGrid(x=False, y=True, alpha=0.15)
+        self.grid = HGrid(self.plot)
         # Right axis: a second view box that follows the first in x.
         self.vb2 = pg.ViewBox()
         self.vb2.setMouseEnabled(x=False, y=False)
@@ -176,4 +176,4 @@ class MemoryLane:
         return ys
 
     def apply_theme(self, t: th.Theme) -> None:
-        pass
+        self.grid.set_color(t.plot_fg, t.grid_alpha)
