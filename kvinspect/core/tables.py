@@ -44,11 +44,21 @@ def events_text(record: TraceRecord, width: int = 100) -> str:
     out = ["events:"]
     for e in record.events:
         head = f"  [{e.severity}] turn {e.turn + 1} step {e.step} {e.kind}: "
-        body = textwrap.fill(e.message, width=width, initial_indent=head, subsequent_indent=" " * 6)
+        body = _fill(e.message, width=width, initial_indent=head, subsequent_indent=" " * 6)
         out.append(body)
         if e.advice and e.is_problem:
-            out.append(textwrap.fill(e.advice, width=width, initial_indent="      → ", subsequent_indent=" " * 8))
+            out.append(_fill(e.advice, width=width, initial_indent="      → ", subsequent_indent=" " * 8))
     return "\n".join(out)
+
+
+def _fill(text: str, width: int, initial_indent: str = "", subsequent_indent: str = "") -> str:
+    """textwrap.fill without a stranded last word: "(prompt 53 + 32 new −" / "1)" reads badly."""
+    lines = textwrap.wrap(text, width=width, initial_indent=initial_indent, subsequent_indent=subsequent_indent)
+    if len(lines) >= 2:
+        tail = lines[-1][len(subsequent_indent):]
+        if len(tail) <= 12 and len(lines[-2]) + 1 + len(tail) <= width + 12:
+            lines[-2:] = [f"{lines[-2]} {tail}"]
+    return "\n".join(lines)
 
 
 def checklist_text(record: TraceRecord, width: int = 100) -> str:
@@ -57,7 +67,7 @@ def checklist_text(record: TraceRecord, width: int = 100) -> str:
         out.append(f"checklist, turn {t.index + 1}:")
         for item in t.checklist:
             head = f"  {STATUS_MARK.get(item['status'], item['status'].upper())}  {item['title']}: "
-            out.append(textwrap.fill(item["evidence"], width=width, initial_indent=head,
+            out.append(_fill(item["evidence"], width=width, initial_indent=head,
                                      subsequent_indent=" " * 8))
     return "\n".join(out)
 
