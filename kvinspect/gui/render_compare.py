@@ -33,6 +33,8 @@ def _plot(layout: pg.GraphicsLayoutWidget, title: str, left: str, bottom: str, u
           log_x: bool = False) -> pg.PlotItem:
     p = layout.addPlot(title=title)
     p.showGrid(x=True, y=True, alpha=0.25)
+    for name in ("left", "bottom"):
+        p.getAxis(name).setStyle(maxTickLevel=1)  # major and minor grid lines; a third level is just noise
     p.setLabel("left", left, units=units)
     p.setLabel("bottom", bottom)
     if log_x:
