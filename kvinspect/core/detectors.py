@@ -398,8 +398,14 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
                            f"config, but their cache keeps everything: {int(last.stored[ls[0]])} tokens stored"))
     elif not rows:
         items.append(_item("window", "Attention window applied", "pass", "no sliding or chunked layers: all full attention"))
+    elif not cached:
+        # No cache object: nothing stores anything, so "not reached yet" would be wrong.
+        windows = sorted({r[3] for r in rows if r[3]})
+        items.append(_item("window", "Attention window applied", "warn",
+                           f"no cache this turn, so no window could apply (the model's window: "
+                           f"{', '.join(map(str, windows)) or 'unknown'}); every step re-read the whole sequence"))
     else:
-        last = cached[-1] if cached else None
+        last = cached[-1]
         parts = {}
         for (i, attention, cfg, window, storage, capacity) in rows:
             reached = last is not None and i < len(last.seen) and last.seen[i] > last.stored[i]
