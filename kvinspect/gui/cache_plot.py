@@ -71,7 +71,12 @@ class HeatmapLane:
     def update_kinds(self, record) -> None:
         self.axis.set_kinds(layer_kinds(record))
 
-    def refresh(self, s: RecordSeries, a: float, b: float, cols: int) -> None:
+    def refresh(self, s: RecordSeries, a: float, b: float, cols: int) -> int:
+        """Draw steps ``a``…``b``; returns the top of the colour scale (the largest stored length in view).
+
+        Scaled to the view, not the whole record: one runaway turn (a cache fed with
+        use_cache=False holds thousands of rows) would otherwise paint every other turn flat.
+        """
         h = self.plot.getViewBox().height()
         if abs(h - self._tick_h) > 1:
             self._tick_h = h
@@ -79,13 +84,15 @@ class HeatmapLane:
             self.plot.getAxis("left").setTicks(ticks)
         if s.stored.n == 0:
             self.img.clear()
-            return
+            return 0
         x0, stride, hi, _ = s.stored.window(a, b, cols)
         if len(hi) == 0:
             self.img.clear()
-            return
-        self.img.setImage(hi, levels=(0, max(s.vmax, 1)), autoLevels=False)
+            return 0
+        top = max(int(hi.max()), 1)
+        self.img.setImage(hi, levels=(0, top), autoLevels=False)
         self.img.setRect(QtCore.QRectF(x0, 0, len(hi) * stride, self.n_layers))
+        return top
 
     def set_regions(self, spans: list[tuple[float, float, int, int]]) -> None:
         """``(x0, x1, layer0, layer1)`` rectangles where layers stopped growing."""

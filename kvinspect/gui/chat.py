@@ -285,9 +285,9 @@ class ChatPanel(QtWidgets.QWidget):
             return
         cur = QtGui.QTextCursor(self.transcript.document())
         cur.movePosition(QtGui.QTextCursor.MoveOperation.End)
-        fmt = QtGui.QTextCharFormat()
-        fmt.setForeground(QtGui.QBrush(QtGui.QColor(self._theme.text)))
-        cur.insertText(text, fmt)
+        # No colour of its own: the reply takes the palette's text colour, so it stays readable
+        # when the theme changes (a colour fixed here would be light-on-white after a switch).
+        cur.insertText(text, QtGui.QTextCharFormat())
         self._scroll()
 
     def end_turn(self, turn, events=()) -> None:
@@ -327,9 +327,12 @@ def turn_line_html(turn, events, t: th.Theme) -> str:
                     "failed": th.STATUS_COLORS["fail"]}.get(turn.status, t.dim_text)
     badge = (f"<span style='background-color:{status_color}; color:{th.badge_text_color(status_color)}'>"
              f"&nbsp;{html.escape(turn.status)}&nbsp;</span>")
+    ttft = "–" if turn.ttft_s is None else (f"{turn.ttft_s * 1e3:.1f} ms" if turn.ttft_s < 0.01
+                                            else f"{turn.ttft_s * 1e3:.0f} ms" if turn.ttft_s < 1 else _fmt(turn.ttft_s))
     parts = [f"prompt {turn.prompt_tokens}", f"reused {turn.reused_tokens}", f"prefilled {turn.prefill_tokens}",
-             f"new {turn.new_tokens}", f"TTFT {_fmt(turn.ttft_s)}", f"total {_fmt(turn.total_s)}",
+             f"new {turn.new_tokens}", f"TTFT {ttft}", f"total {_fmt(turn.total_s)}",
              f"{_fmt(turn.tokens_per_s, ' tok/s', 1)}"]
+    parts = [p.replace(" ", "&nbsp;") for p in parts]  # a line may wrap between figures, never inside one
     problems = [e for e in events if e.is_problem]
     flags = ""
     if problems:

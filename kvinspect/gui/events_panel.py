@@ -130,8 +130,11 @@ class EventsPanel(QtWidgets.QWidget):
             it.setToolTip(5, e.message)
             it.setData(5, QtCore.Qt.ItemDataRole.UserRole + 1, idx)
             self.tree.addTopLevelItem(it)
+        added = len(events) - max(self._shown, 0)
         self._shown = len(events)
         self.tree.setSortingEnabled(True)
+        if added > 0 and not self.tree.selectedItems() and step is None:
+            self.tree.scrollToBottom()  # live: keep the newest rows in view (sorted by step, ascending)
         if not self.tree.selectedItems():
             # Nothing picked yet: preview the latest problem (else the latest event) without jumping.
             shown = [e for e in events if step is None or e.step <= step]
@@ -288,7 +291,8 @@ def checklist_html(turn) -> str:
     for c in turn.checklist:
         color = th.STATUS_COLORS.get(c["status"], "#888888")
         rows.append(
-            f"<tr><td valign='top' width='52'>{badge(c['status'].upper(), color)}</td>"
+            # nowrap: the badge column takes the width of its widest badge (WARN broke as "WAR/N").
+            f"<tr><td valign='top' nowrap style='white-space:nowrap'>{badge(c['status'].upper(), color)}</td>"
             f"<td valign='top'><b>{html.escape(c['title'])}</b><br>{html.escape(c['evidence'])}</td></tr>")
     head = (f"<p>Turn {turn.index + 1} · policy <b>{html.escape(turn.policy)}</b> · cache "
             f"<b>{html.escape(turn.cache_impl)}</b> · {html.escape(turn.status)}</p>")

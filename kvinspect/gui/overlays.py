@@ -9,8 +9,11 @@ its segments span the lane's current y-range, refreshed when that range changes.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
+from PySide6 import QtGui
 
 MAX_LABELS = 40
 
@@ -30,6 +33,10 @@ class VLines:
             self.curves.append(curve)
         self.label_color = label_color
         self.labels: list[pg.TextItem] = []
+        self._used = 0  # labels in use; some may be hidden to keep the others readable
+        vb = lanes[0].getViewBox()
+        vb.sigXRangeChanged.connect(lambda *_: self._declutter())
+        vb.sigResized.connect(lambda *_: self._declutter())
 
     def place(self, positions: list[float], labels: list[str] | None = None) -> None:
         self.xs = np.asarray(positions, dtype=np.float64)
@@ -60,6 +67,32 @@ class VLines:
             item.setVisible(True)
         for item in self.labels[len(shown):]:
             item.setVisible(False)
+        self._used = len(shown)
+        self._declutter()
+
+    def _declutter(self) -> None:
+        """Hide labels that would overlap a later one (the latest turns win); flip the last inwards.
+
+        Zoomed out over many short turns, "turn 9turn 10turn 11" was unreadable; and a label at
+        the right edge was cut off.
+        """
+        if not self._used:
+            return
+        vb = self.lanes[0].getViewBox()
+        (x0, x1), _ = vb.viewRange()
+        width_px = max(vb.width(), 1.0)
+        scale = width_px / max(x1 - x0, 1e-9)
+        free_from = math.inf  # left end of the label kept just to the right
+        for item in reversed(self.labels[: self._used]):
+            px = (item.pos().x() - x0) * scale
+            w = QtGui.QFontMetricsF(item.textItem.font()).horizontalAdvance(item.toPlainText()) + 8
+            flip = px + w > width_px
+            item.setAnchor((1, 0) if flip else (0, 0))
+            left, right = (px - w, px) if flip else (px, px + w)
+            keep = right <= free_from - 2 and right > 0 and left < width_px
+            item.setVisible(keep)
+            if keep:
+                free_from = left
 
     def positions(self) -> list[float]:
         return [float(x) for x in self.xs]

@@ -68,7 +68,9 @@ class PlotsWidget(QtWidgets.QWidget):
         self.readout.setObjectName("readout")
         self.readout.setMinimumWidth(40)
         self.readout.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
-        self.pick_button = QtWidgets.QToolButton(text="Layers")
+        self.pick_button = QtWidgets.QToolButton(text="Layers ▾")
+        # Fusion draws the menu arrow over the text of a small tool button: an arrow in the text instead.
+        self.pick_button.setStyleSheet("QToolButton::menu-indicator { image: none; width: 0px; }")
         self.pick_button.setToolTip("Pick layers to plot as curves (or click a heatmap row)")
         self.pick_button.setPopupMode(QtWidgets.QToolButton.ToolButtonPopupMode.InstantPopup)
         self.pick_menu = QtWidgets.QMenu(self)
@@ -83,7 +85,7 @@ class PlotsWidget(QtWidgets.QWidget):
 
         self.scale_img = QtWidgets.QLabel()
         self.scale_img.setPixmap(gradient_pixmap(72, 10))
-        self.scale_img.setToolTip("Heatmap colour: stored tokens per layer, 0 to the largest so far")
+        self.scale_img.setToolTip("Heatmap colour: stored tokens per layer, 0 to the largest in view (zoom in to spread the colours)")
         self.scale_hi = QtWidgets.QLabel("")
         top = QtWidgets.QHBoxLayout()
         top.setContentsMargins(6, 2, 6, 0)
@@ -227,8 +229,8 @@ class PlotsWidget(QtWidgets.QWidget):
         self._stamp = stamp
         b = min(b, n - 1) if n else b
         self.placeholder.setVisible(n == 0)
-        self.scale_hi.setText(f"{s.vmax:,}" if n else "")
-        self.heat.refresh(s, a, b, cols)
+        top = self.heat.refresh(s, a, b, cols)
+        self.scale_hi.setText(f"{top:,}" if n else "")
         # Curves: one min/max bin per 2 px is as sharp as the eye can tell, at half the points to stroke.
         self.tokens.refresh(s, a, b, max(cols // 2, 50))
         with record.lock:
@@ -287,7 +289,7 @@ class PlotsWidget(QtWidgets.QWidget):
                 ax.setPen(pg.mkPen(t.plot_fg))
                 ax.setTextPen(pg.mkPen(t.plot_fg))
         bg = pg.mkColor(t.plot_bg)
-        bg.setAlpha(200)
+        bg.setAlpha(130)  # see-through: what passes under a legend stays visible
         for legend in (self.tokens.legend, self.memory.legend):
             legend.setBrush(bg)  # curves pass under the legend: keep its text readable
             legend.setLabelTextColor(t.plot_fg)

@@ -56,7 +56,7 @@ def test_two_turns_stream_and_fill_every_panel(qtbot, window):
     assert n == t2.end_step > t1.end_step > 0
 
     # Per-turn lines in the transcript.
-    text = window.chat.plain_text()
+    text = window.chat.plain_text().replace("\xa0", " ")  # figures are kept whole with no-break spaces
     for word in ("turn 2", f"prompt {t2.prompt_tokens}", f"reused {t2.reused_tokens}",
                  f"prefilled {t2.prefill_tokens}", f"new {t2.new_tokens}", "TTFT", "tok/s"):
         assert word in text
