@@ -167,7 +167,13 @@ def _check_gguf_header(path: Path) -> None:
 
 
 def _gguf_error(path_name: str, exc: BaseException) -> ModelLoadError:
-    return ModelLoadError(f"{path_name} is not a readable GGUF file (truncated or corrupt): {_first_line(exc)}")
+    text = _first_line(exc)
+    # numpy/struct say "unpack_from requires a buffer of at least N bytes" / "mmap length is greater
+    # than file size": the reader's words for a file that ends early (an interrupted download).
+    if any(k in text for k in ("requires a buffer", "greater than file size", "cannot reshape array")):
+        return ModelLoadError(f"{path_name} is truncated: the file ends before the data its header describes "
+                              f"(an interrupted download or copy?); fetch or copy it again")
+    return ModelLoadError(f"{path_name} is not a readable GGUF file (truncated or corrupt): {text}")
 
 
 def load_model(

@@ -374,7 +374,10 @@ class PlotsWidget(QtWidgets.QWidget):
                 symbol, color = th.EVENT_MARKERS.get(e.kind, ("o", th.SEVERITY_COLORS.get(e.severity, "#888")))
                 row = at_step.get(e.step, 0)  # several events at one step: stacked, problems on top
                 at_step[e.step] = row + 1
-                spots.append({"pos": (e.step, MARKER_Y[min(row, len(MARKER_Y) - 1)]), "symbol": symbol,
+                # Size by severity: an error (duplicated context, cache fed with use_cache=False) must not
+                # look smaller than a warning's dashed line.
+                size = {"error": 15, "warn": 12}.get(e.severity, 10)
+                spots.append({"pos": (e.step, MARKER_Y[min(row, len(MARKER_Y) - 1)]), "symbol": symbol, "size": size,
                               "brush": pg.mkBrush(color), "pen": pg.mkPen(t.plot_bg, width=1), "data": idx})
             self.markers.setData(spots)
             self.heat.update_kinds(record)

@@ -50,7 +50,7 @@ CASES = {
     "missing gguf": (lambda tmp: str(tmp / "nope.gguf"), ModelSpecError, "not found"),
     "unknown built-in": (lambda tmp: "tiny-nonexistent", ModelSpecError, "unknown built-in"),
     "bert folder": (lambda tmp: str(_bert_dir(tmp)), ModelLoadError, "not a causal language model"),
-    "truncated gguf": (lambda tmp: str(_truncated_gguf(tmp)), ModelLoadError, "not a readable GGUF"),
+    "truncated gguf": (lambda tmp: str(_truncated_gguf(tmp)), ModelLoadError, "truncated"),
     "corrupt config.json": (lambda tmp: str(_corrupt_config_dir(tmp)), ModelLoadError, "not valid JSON"),
     "offline hub id": (lambda tmp: "nobody-xyz/does-not-exist-42", ModelSpecError, "not found"),
 }
