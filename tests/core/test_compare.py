@@ -394,9 +394,11 @@ def test_cancel_keeps_what_finished(tmp_path):
     result = run_compare(lm, plan, tmp_path, progress=lambda d, t, m: calls.append(d),
                          cancel=lambda: len(calls) >= 4)
     assert result.cancelled
-    runs = [r for c in result.configs for r in c.runs]
-    assert 1 <= len(runs) <= 2  # the first run finished, the second stopped after one turn
-    assert sum(len(r.turns) for r in runs) == 4
+    # Progress comes once per turn: dynamic's first repeat finished its 3 turns, static's first
+    # repeat stopped after the 4th turn overall, and nothing later started.
+    done = {c.config.name: [(r.repeat, len(r.turns)) for r in c.runs] for c in result.configs}
+    assert done == {"dynamic": [(1, 3)], "static": [(1, 1)]}
+    assert all(t["status"] == "ok" for c in result.configs for r in c.runs for t in r.turns)
     files = write_report(result, tmp_path, plots=False)
     assert "Cancelled" in files.markdown.read_text(encoding="utf-8")
     assert json.loads(files.json.read_text(encoding="utf-8"))["cancelled"] is True
