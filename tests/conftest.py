@@ -40,13 +40,19 @@ WINDOWED = ("tiny-mistral", "tiny-gemma3", "tiny-llama4", "tiny-gemma2")
 
 
 @pytest.fixture(scope="session")
-def smollm2():
+def smollm2_fetched():
+    """SmolLM2 on disk (a failure where KVINSPECT_REQUIRE_SMOLLM2 is set, else a skip); not loaded here,
+    for tests where a child process or the window loads it."""
     from kvinspect.core.fetch import is_fetched
 
     if not is_fetched("smollm2"):
         if os.environ.get("KVINSPECT_REQUIRE_SMOLLM2"):
             pytest.fail("SmolLM2 is not fetched (run: kvinspect models fetch smollm2)")
         pytest.skip("SmolLM2 not fetched (kvinspect models fetch smollm2)")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_fetched):
     return load_cached("smollm2")
 
 

@@ -63,17 +63,6 @@ def test_trace_names_each_example_mistake_on_a_windowed_model(tmp_path):
     _check_examples(tmp_path, "tiny-mistral", 8, "windowed")
 
 
-@pytest.fixture()
-def smollm2_fetched():
-    """SmolLM2 on disk; the child process loads it (no need to load it here too)."""
-    from kvinspect.core.fetch import is_fetched
-
-    if not is_fetched("smollm2"):
-        if os.environ.get("KVINSPECT_REQUIRE_SMOLLM2"):
-            pytest.fail("SmolLM2 is not fetched (run: kvinspect models fetch smollm2)")
-        pytest.skip("SmolLM2 not fetched (kvinspect models fetch smollm2)")
-
-
 @pytest.mark.smollm2
 @pytest.mark.e2e
 @pytest.mark.timeout(900)  # one child process: load SmolLM2 (~15 s), then every example, 4 new tokens a turn

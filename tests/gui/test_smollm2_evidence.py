@@ -55,11 +55,7 @@ def test_smollm2_view_replay_export_and_follow(qtbot, window, smollm2, tmp_path)
     window.back_to_live()
 
 
-def test_smollm2_compare_window(qtbot, window):
-    from kvinspect.core.fetch import is_fetched
-
-    if not is_fetched("smollm2"):
-        pytest.skip("SmolLM2 not fetched")
+def test_smollm2_compare_window(qtbot, window, smollm2_fetched):
     load(qtbot, window, "smollm2")
     send(qtbot, window, "What is the capital of France?", max_new_tokens=6)
     cw = window.open_compare()

@@ -374,19 +374,6 @@ def test_settings_are_remembered(qtbot, tmp_path, monkeypatch):
     again.set_theme("dark")
 
 
-@pytest.fixture
-def smollm2_fetched():
-    """Like tests/conftest.py's ``smollm2`` but without loading it here: the window loads it itself."""
-    import os
-
-    from kvinspect.core.fetch import is_fetched
-
-    if not is_fetched("smollm2"):
-        if os.environ.get("KVINSPECT_REQUIRE_SMOLLM2"):
-            pytest.fail("SmolLM2 is not fetched (run: kvinspect models fetch smollm2)")
-        pytest.skip("SmolLM2 not fetched (kvinspect models fetch smollm2)")
-
-
 @pytest.mark.smollm2
 def test_smollm2_turn_in_the_window(qtbot, window, smollm2_fetched):
     info = load(qtbot, window, "smollm2")
