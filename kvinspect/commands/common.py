@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 import json
 import sys
 from pathlib import Path
@@ -162,6 +163,40 @@ def apply_script_overrides(script, args):
     except ScriptError as exc:
         raise ScriptError(f"command line: {exc}") from None
     return script
+
+
+def claim_out_dir(out: Path, earlier: Callable[[Path], list[Path]], what: str, overwrite: bool,
+                  error: type[Exception] | None = None) -> bool:
+    """Make ``--out`` ready for a command's output, before any model loads; returns whether it was created.
+
+    It must be a folder (created if missing) that can be written, holding no earlier output
+    (``earlier(out)`` lists it: files or folders) unless ``overwrite``; that output is then removed
+    up front, so an interrupted rerun never leaves a stale summary next to a new trace.
+    """
+    import os
+    import shutil
+
+    from ..core.errors import ScriptError
+
+    err = error or ScriptError
+    if out.exists() and not out.is_dir():
+        raise err(f"--out {out} is a file, not a folder")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise err(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK):
+        raise err(f"cannot write to the output folder {out}: permission denied")
+    found = earlier(out)
+    if found and not overwrite:
+        raise err(f"{out} already holds {what} ({found[0].name}); choose another --out or pass --overwrite")
+    for old in found:
+        try:
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        except OSError as exc:
+            raise err(f"cannot replace {old}: {exc.strerror or exc}") from None
+    return created
 
 
 def progress_printer(label: str):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import sys
 import threading
 from pathlib import Path
 
-from .common import add_model_args, progress_printer
+from .common import add_model_args, claim_out_dir, progress_printer
 
 SECTIONS_HELP = ("With --turns-until-failure or --prompt-lengths only those sections run; add --conversation "
                  "to run the scripted comparison too.")
@@ -114,17 +113,13 @@ def build_plan(args, argv: list[str] | None = None):
 def prepare_out(out: Path, overwrite: bool) -> None:
     from ..core.compare import RUNS_DIR
     from ..core.compare_report import JSON_NAME, PLOTS_DIR
-    from ..core.errors import ScriptError
 
-    if out.exists() and not out.is_dir():
-        raise ScriptError(f"--out {out} is a file, not a folder")
-    earlier = (out / JSON_NAME).exists() or any((out / RUNS_DIR).glob("*"))
-    if earlier and not overwrite:
-        raise ScriptError(f"{out} already holds a comparison; choose another --out or pass --overwrite")
-    if earlier:
-        for sub in (RUNS_DIR, PLOTS_DIR):
-            shutil.rmtree(out / sub, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    def earlier(d: Path) -> list[Path]:
+        if not ((d / JSON_NAME).exists() or any((d / RUNS_DIR).glob("*"))):
+            return []
+        return [p for p in (d / RUNS_DIR, d / PLOTS_DIR) if p.exists()] or [d / JSON_NAME]
+
+    claim_out_dir(out, earlier, "a comparison", overwrite)
 
 
 class _Interrupt:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from .common import (add_model_args, add_session_args, apply_script_overrides, check_fixed_choice, progress_printer,
-                     session_options)
+from .common import (add_model_args, add_session_args, apply_script_overrides, check_fixed_choice, claim_out_dir,
+                     progress_printer, session_options)
 
 
 def add_parser(sub) -> None:
@@ -79,37 +78,19 @@ def one_line(text: str, limit: int) -> str:
 
 
 def prepare_out(out: Path, script: Path, overwrite: bool) -> bool:
-    """Check --out before the model loads: a usable folder that holds no earlier run (unless asked).
-
-    An earlier run's files are removed up front, so an interrupted rerun never leaves the old
-    summary.json next to the new trace. Returns whether the folder was created here.
-    """
+    """``--out`` claimed for a run (see :func:`claim_out_dir`); never the folder the script is read from."""
     from ..core.errors import ScriptError
     from ..core.runner import SCRIPT_NAME, SUMMARY_NAME
     from ..core.tracefile import TRACE_NAME
 
-    if out.exists() and not out.is_dir():
-        raise ScriptError(f"--out {out} is a file, not a folder")
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ScriptError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
-    if not os.access(out, os.W_OK):
-        raise ScriptError(f"cannot write to the output folder {out}: permission denied")
-    if script.resolve() == (out / SCRIPT_NAME).resolve():
+    if (out / SCRIPT_NAME).exists() and script.resolve() == (out / SCRIPT_NAME).resolve():
         raise ScriptError(f"--script {script} is the script.json this run writes into --out; copy it elsewhere "
                           "or choose another --out")
-    names = (TRACE_NAME, SUMMARY_NAME, SCRIPT_NAME)
-    for name in names:
+    for name in (TRACE_NAME, SUMMARY_NAME, SCRIPT_NAME):
         if (out / name).is_dir():
             raise ScriptError(f"{out / name} is a folder; choose another --out")
-    earlier = [n for n in names[:2] if (out / n).exists()]
-    if earlier and not overwrite:
-        raise ScriptError(f"{out} already holds a run ({earlier[0]}); choose another --out or pass --overwrite")
-    for name in earlier:
-        (out / name).unlink()
-    return created
+    return claim_out_dir(out, lambda d: [d / n for n in (TRACE_NAME, SUMMARY_NAME) if (d / n).exists()],
+                         "a run", overwrite)
 
 
 def _exit_code(rec, fail_on_problems: bool) -> int:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import KvInspectError
+from .common import claim_out_dir
 
 DEFAULT_ROOT = "kvinspect-traces"
 
@@ -82,9 +83,6 @@ def _check_program(cmd: list[str]) -> None:
 def _out_dir(given: str | None, overwrite: bool = False) -> tuple[Path, bool]:
     if given:
         out = Path(given)
-        if out.exists() and not out.is_dir():
-            raise TraceCommandError(f"--out {given} is a file, not a folder")
-        created = not out.exists()
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(DEFAULT_ROOT) / stamp
@@ -92,20 +90,8 @@ def _out_dir(given: str | None, overwrite: bool = False) -> tuple[Path, bool]:
         while out.exists():
             out = Path(DEFAULT_ROOT) / f"{stamp}-{n}"
             n += 1
-        created = True
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TraceCommandError(f"cannot create the trace folder {out}: {exc.strerror or exc}") from None
-    earlier = [*out.glob("trace*.jsonl"), *out.glob("summary*.json")]
-    if earlier and not overwrite:
-        raise TraceCommandError(f"{out} already holds a trace ({earlier[0].name}); choose another --out "
-                                "or pass --overwrite")
-    for old in earlier:
-        try:
-            old.unlink()
-        except OSError as exc:
-            raise TraceCommandError(f"cannot replace {old}: {exc.strerror or exc}") from None
+    created = claim_out_dir(out, lambda d: [*d.glob("trace*.jsonl"), *d.glob("summary*.json")], "a trace",
+                            overwrite, TraceCommandError)
     return out.resolve(), created
 
 
