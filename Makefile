@@ -1,5 +1,5 @@
 # Two commands on a fresh machine:  `make run` (set up, fetch SmolLM2, open the window)
-# and `make test` (set up, fetch SmolLM2, run the whole test suite). Both are idempotent.
+# and `make test` (set up, fetch SmolLM2, lint, run the whole test suite). Both are idempotent.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 COMPAT_VENV ?= .venv-tf456
 COMPAT_TRANSFORMERS ?= transformers==4.56.2
 
-.PHONY: setup run fetch test test-xvfb test-compat screenshot bench clean
+.PHONY: setup run fetch lint test test-xvfb test-compat screenshot bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,13 @@ fetch: setup
 run: fetch
 	$(VENV)/bin/kvinspect --model smollm2
 
-test: fetch
+# The architecture gates (docs/gates.md): style and imports, the import contracts, the core's types.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy kvinspect/core
+
+test: fetch lint
 	QT_QPA_PLATFORM=offscreen KVINSPECT_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -p no:xvfb $(PYTEST_ARGS)
 
 # The GUI tests again on a real X server (pytest-xvfb starts Xvfb); asserts the xcb plugin loaded.

@@ -45,14 +45,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from kvinspect.child_render import render_in_child
     from kvinspect.commands.compare import parse_lengths, summary_text
-    from kvinspect.core.compare import ComparePlan, run_compare
-    from kvinspect.core.compare_configs import parse_configs
-    from kvinspect.core.compare_markdown import fmt_s
-    from kvinspect.core.compare_report import build_report, write_report
+    from kvinspect.core.compare.configs import parse_configs
+    from kvinspect.core.compare.markdown import fmt_s
+    from kvinspect.core.compare.report import build_report, write_report
+    from kvinspect.core.compare.run import ComparePlan, run_compare
     from kvinspect.core.env import versions
-    from kvinspect.core.loading import load_model
-    from kvinspect.core.script import load_script
+    from kvinspect.core.model.loading import load_model
+    from kvinspect.core.session.script import load_script
 
     script = load_script(args.script)
     lengths = parse_lengths(args.prompt_lengths)
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  [{done}/{total}] {message}", file=sys.stderr, flush=True)
 
     result = run_compare(lm, plan, out, progress=progress)
-    files = write_report(result, out, plots=args.plots)
+    files = write_report(result, out, plots=args.plots, renderer=render_in_child)
     data = build_report(result)
     print(summary_text(result))
     if plan.conversation:

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import kvinspect  # noqa: E402
-from kvinspect.core.loading import load_model  # noqa: E402
-from kvinspect.core.observe_tracer import Tracer  # noqa: E402
+from kvinspect.core.model.loading import load_model  # noqa: E402
+from kvinspect.core.observe.tracer import Tracer  # noqa: E402
 
 PROMPT = ("You are a careful assistant. Explain, step by step and with one small example, how a key-value "
           "cache speeds up autoregressive decoding in a transformer language model.")
@@ -67,7 +67,7 @@ def _once(model, ids, new: int) -> float:
 
 
 def main() -> int:
-    from kvinspect.core.fetch import is_fetched
+    from kvinspect.core.model.fetch import is_fetched
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2" if is_fetched("smollm2") else "tiny-llama")
@@ -136,7 +136,7 @@ def main() -> int:
 def _isolated(model, ids, step_s: float, n: int = 2000) -> None:
     """Per-call cost of the pre-hook and the step hook, and of closing a 64-forward turn."""
     from kvinspect.core import compat
-    from kvinspect.core.observe_model import ModelObserver
+    from kvinspect.core.observe.model_observer import ModelObserver
 
     cache = compat.new_dynamic_cache(model.config)
     with torch.inference_mode():

@@ -93,10 +93,10 @@ def one_run(loaded, ids, new_tokens: int, device: str, observer=None) -> dict:
 
 def make_observer(loaded, device: str):
     """The observer exactly as ChatSession wires it: probe + memory sampler + record append."""
-    from kvinspect.core.memory import MemorySampler
-    from kvinspect.core.observer import StepObserver
-    from kvinspect.core.probe import CacheProbe
-    from kvinspect.core.record import TraceRecord
+    from kvinspect.core.cache.memory import MemorySampler
+    from kvinspect.core.cache.observer import StepObserver
+    from kvinspect.core.cache.probe import CacheProbe
+    from kvinspect.core.trace.record import TraceRecord
 
     probe = CacheProbe(loaded.model.config)
     record = TraceRecord(probe.n_layers)
@@ -113,7 +113,7 @@ def make_observer(loaded, device: str):
 def bench_device(spec: str, device: str, runs: int, new_tokens: int) -> dict:
     import torch
 
-    from kvinspect.core.loading import load_model
+    from kvinspect.core.model.loading import load_model
 
     t = time.perf_counter()
     loaded = load_model(spec, device=device)

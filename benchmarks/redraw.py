@@ -30,8 +30,8 @@ from PySide6 import QtWidgets  # (binding before pyqtgraph)
 
 def synthetic_record(n_steps: int, n_layers: int, turns: int = 20):
     """A record shaped like a long hybrid-model chat: 5 sliding layers in 6, window 4096."""
-    from kvinspect.core.events import Event
-    from kvinspect.core.record import TraceRecord, TurnRecord
+    from kvinspect.core.detect.events import Event
+    from kvinspect.core.trace.record import TraceRecord, TurnRecord
 
     window = 4096
     kinds = ["sliding" if (i % 6) != 5 else "full" for i in range(n_layers)]

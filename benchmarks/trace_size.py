@@ -29,9 +29,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvinspect.core.events import Event  # noqa: E402
-from kvinspect.core.record import TraceRecord, TurnRecord  # noqa: E402
-from kvinspect.core.tracefile import TraceWriter, read_trace  # noqa: E402
+from kvinspect.core.detect.events import Event  # noqa: E402
+from kvinspect.core.trace.messages import EventMsg  # noqa: E402
+from kvinspect.core.trace.record import TraceRecord, TurnRecord  # noqa: E402
+from kvinspect.core.trace.stream import Stream  # noqa: E402
+from kvinspect.core.trace.tracefile import TraceWriter, read_trace  # noqa: E402
 
 
 def synthesise(path: Path, steps: int, layers: int, turns: int, window: int, steps_per_second: float,
@@ -45,8 +47,8 @@ def synthesise(path: Path, steps: int, layers: int, turns: int, window: int, ste
               "layers": [{"index": i, "config_attention": k, "window": window if k == "sliding" else None}
                          for i, k in enumerate(kinds)], "session": {"policy": "reuse"}}
     rec = TraceRecord(layers, header)
-    writer = TraceWriter(path, rec)
-    rec.set_devices(["cuda:0"])
+    writer = Stream(rec, [TraceWriter(path)])
+    writer.devices(["cuda:0"])
     per_turn = steps // turns
     seen = 0
     t = 1000.0
@@ -87,9 +89,7 @@ def synthesise(path: Path, steps: int, layers: int, turns: int, window: int, ste
         if k == 0:
             ev = Event("window_reached", "info", 0, window, "sliding layers stopped growing", "Expected.",
                        layer=0, layers=[i for i in range(layers) if sliding[i]], data={"window": window})
-            rec.add_event(ev)
-            writer.event(ev)
-        rec.add_turn(turn)
+            writer.emit(EventMsg(ev))
         writer.turn_finished(turn)
         write_s += time.perf_counter() - a
     a = time.perf_counter()

@@ -90,7 +90,7 @@ def main() -> int:
     from trace_size import synthesise
 
     from kvinspect.core.settings import Settings
-    from kvinspect.core.tracefile import read_trace
+    from kvinspect.core.trace.tracefile import read_trace
     from kvinspect.gui.app import create
 
     path = _TMP / "big" / "trace.jsonl"

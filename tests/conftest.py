@@ -11,6 +11,8 @@ import pytest
 _TMP = tempfile.mkdtemp(prefix="kvinspect-tests-")
 os.environ.setdefault("KVINSPECT_CONFIG_DIR", os.path.join(_TMP, "config"))
 os.environ.setdefault("KVINSPECT_DATA_DIR", os.path.join(_TMP, "data"))
+# Windows write no settings file or log file unless a test asks (kvinspect.core.paths.ephemeral).
+os.environ.setdefault("KVINSPECT_EPHEMERAL", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -28,7 +30,7 @@ _loaded: dict = {}
 
 def load_cached(spec: str):
     """Load a model once per test session (SmolLM2 takes ~15 s from its GGUF)."""
-    from kvinspect.core.loading import load_model
+    from kvinspect.core.model.loading import load_model
 
     if spec not in _loaded:
         _loaded[spec] = load_model(spec, device="cpu")
@@ -43,7 +45,7 @@ WINDOWED = ("tiny-mistral", "tiny-gemma3", "tiny-llama4", "tiny-gemma2")
 def smollm2_fetched():
     """SmolLM2 on disk (a failure where KVINSPECT_REQUIRE_SMOLLM2 is set, else a skip); not loaded here,
     for tests where a child process or the window loads it."""
-    from kvinspect.core.fetch import is_fetched
+    from kvinspect.core.model.fetch import is_fetched
 
     if not is_fetched("smollm2"):
         if os.environ.get("KVINSPECT_REQUIRE_SMOLLM2"):
@@ -64,3 +66,22 @@ def tiny_model(request):
 @pytest.fixture(params=WINDOWED)
 def windowed_model(request):
     return load_cached(request.param)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """A throw-away sshd on 127.0.0.1 (tests/sshd.py): ``sshd.ssh`` + ``sshd.host`` reach this machine.
+
+    A skip when this machine cannot run one (openssh-server not installed), a failure where
+    ``KVINSPECT_REQUIRE_SSHD=1`` (CI, ``make test``).
+    """
+    from .sshd import SshdUnavailable, require_sshd, start_sshd
+
+    try:
+        server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    except SshdUnavailable as exc:
+        if require_sshd():
+            pytest.fail(f"KVINSPECT_REQUIRE_SSHD is set but {exc}")
+        pytest.skip(str(exc))
+    yield server
+    server.stop()

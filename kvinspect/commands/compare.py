@@ -14,7 +14,7 @@ SECTIONS_HELP = ("With --turns-until-failure or --prompt-lengths only those sect
 
 
 def add_parser(sub) -> None:
-    from ..core.compare_configs import DEFAULT_CONFIGS
+    from ..core.compare.configs import DEFAULT_CONFIGS
 
     p = sub.add_parser(
         "compare",
@@ -79,11 +79,11 @@ def parse_lengths(text: str | None) -> list[int]:
 
 def build_plan(args, argv: list[str] | None = None):
     """A ComparePlan from the flags, checked before any model is loaded."""
-    from ..core.compare import ComparePlan
-    from ..core.compare_configs import parse_configs
+    from ..core.compare.configs import parse_configs
+    from ..core.compare.run import ComparePlan
     from ..core.errors import ScriptError
-    from ..core.script import load_script
-    from .common import apply_script_overrides
+    from ..core.session.options import apply_script_overrides
+    from ..core.session.script import load_script
 
     configs = parse_configs(args.configs)
     lengths = parse_lengths(args.prompt_lengths)
@@ -103,7 +103,7 @@ def build_plan(args, argv: list[str] | None = None):
         command=["kvinspect", *(argv if argv is not None else sys.argv[1:])],
     )
     if args.chat_template:
-        from .common import read_chat_template
+        from ..core.session.options import read_chat_template
 
         plan.chat_template = read_chat_template(args.chat_template)
         plan.chat_template_name = str(args.chat_template)
@@ -111,8 +111,8 @@ def build_plan(args, argv: list[str] | None = None):
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
-    from ..core.compare import RUNS_DIR
-    from ..core.compare_report import JSON_NAME, PLOTS_DIR
+    from ..core.compare.report import JSON_NAME, PLOTS_DIR
+    from ..core.compare.run import RUNS_DIR
 
     def earlier(d: Path) -> list[Path]:
         if not ((d / JSON_NAME).exists() or any((d / RUNS_DIR).glob("*"))):
@@ -152,10 +152,11 @@ class _Interrupt:
 
 
 def main(args, argv) -> int:
-    from ..core.compare import run_compare
-    from ..core.compare_report import write_report
+    from ..child_render import render_in_child
+    from ..core.compare.report import write_report
+    from ..core.compare.run import run_compare
     from ..core.errors import ScriptError
-    from ..core.loading import load_model, resolve_spec
+    from ..core.model.loading import load_model, resolve_spec
 
     plan = build_plan(args, argv)
     resolve_spec(args.model)  # fail fast, before torch is imported
@@ -170,7 +171,7 @@ def main(args, argv) -> int:
 
     with _Interrupt() as interrupted:
         result = run_compare(loaded, plan, out, progress=progress, cancel=interrupted)
-    files = write_report(result, out, plots=not args.no_plots)
+    files = write_report(result, out, plots=not args.no_plots, renderer=render_in_child)
     text = summary_text(result)
     if text:
         print(text)
@@ -194,9 +195,9 @@ def main(args, argv) -> int:
 
 def summary_text(result) -> str:
     """A terminal table of the per-configuration medians (compare.md has everything)."""
-    from ..core.compare_markdown import fmt_rate, recompile_note, spread
-    from ..core.compare_report import build_report
-    from ..core.tables import human_bytes
+    from ..core.compare.markdown import fmt_rate, recompile_note, spread
+    from ..core.compare.report import build_report
+    from ..core.units import fmt_bytes
 
     d = build_report(result)
     lines = []
@@ -206,7 +207,7 @@ def summary_text(result) -> str:
         rows = [[c["name"], spread(c["summary"]["ttft_s"]), spread(c["summary"]["conversation_s"]),
                  spread(c["summary"]["decode_tokens_per_s"], fmt_rate),
                  ",".join("-" if x is None else str(x) for x in c["summary"]["prefill_tokens_per_turn"]),
-                 human_bytes(c["summary"]["peak_kv_bytes"]), str(c["summary"]["turns_failed"])] for c in ran]
+                 fmt_bytes(c["summary"]["peak_kv_bytes"]), str(c["summary"]["turns_failed"])] for c in ran]
         lines += _text_table(head, rows)
     for c in d["configs"]:
         w = c.get("warmup") or {}
@@ -233,8 +234,6 @@ def summary_text(result) -> str:
 
 
 def _text_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
-    out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in rows]
-    return out
+    from ..core.report.text_table import text_table
+
+    return text_table(head, rows).split("\n")

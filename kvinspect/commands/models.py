@@ -14,9 +14,10 @@ def add_parser(sub) -> None:
 
 
 def main(args, argv) -> int:
-    from ..core.catalog import BUILTINS
     from ..core.errors import FetchError
-    from ..core.fetch import FETCHABLE, fetch, fetched_path, is_fetched
+    from ..core.model.catalog import BUILTINS
+    from ..core.model.fetch import FETCHABLE, fetch, fetched_path, is_fetched
+    from ..core.report.text_table import text_table
 
     if args.action == "list" and args.name is not None:
         raise FetchError(f"`kvinspect models list` takes no name (got {args.name!r}); "
@@ -36,9 +37,7 @@ def main(args, argv) -> int:
             status = "built in"
         rows.append((b.name, b.kinds_short if len(b.layer_kinds) <= 8 else f"F×{len(b.layer_kinds)}",
                      str(b.window or "-"), status, b.behaviour))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
+    print(text_table(rows[0], rows[1:], left=range(5), rule=None))
     print("\nlayer kinds: F full attention, S sliding window, C chunked attention")
     for name in FETCHABLE:
         if is_fetched(name):

@@ -18,9 +18,11 @@ def add_parser(sub) -> None:
 def main(args, argv) -> int:
     import shlex
 
-    from ..core.report import write_report
+    from ..child_render import render_in_child
+    from ..core.report.bundle import write_report
 
-    res = write_report(args.trace, args.out, redact=args.redact, plots_enabled=not args.no_plots)
+    res = write_report(args.trace, args.out, redact=args.redact, plots_enabled=not args.no_plots,
+                       renderer=render_in_child)
     for n in res.trace_notes:
         print(f"trace: {n}")
     print(f"report: {res.report}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import (add_model_args, add_session_args, apply_script_overrides, check_fixed_choice, claim_out_dir,
-                     progress_printer, session_options)
+from ..core.session.options import apply_script_overrides, check_fixed_choice, session_options
+from .common import add_model_args, add_session_args, claim_out_dir, progress_printer
 
 
 def add_parser(sub) -> None:
@@ -21,11 +21,11 @@ def add_parser(sub) -> None:
 
 
 def main(args, argv) -> int:
-    from ..core.loading import load_model, resolve_spec
-    from ..core.runner import run_script
-    from ..core.script import load_script
-    from ..core.session import check_cache_available
-    from ..core.tables import checklist_text, events_text, turn_table
+    from ..core.model.loading import load_model, resolve_spec
+    from ..core.report.tables import checklist_text, events_text, turn_table
+    from ..core.session.chat import check_cache_available
+    from ..core.session.runner import run_script
+    from ..core.session.script import load_script
 
     script = apply_script_overrides(load_script(args.script), args)
     opts = session_options(args)
@@ -80,8 +80,8 @@ def one_line(text: str, limit: int) -> str:
 def prepare_out(out: Path, script: Path, overwrite: bool) -> bool:
     """``--out`` claimed for a run (see :func:`claim_out_dir`); never the folder the script is read from."""
     from ..core.errors import ScriptError
-    from ..core.runner import SCRIPT_NAME, SUMMARY_NAME
-    from ..core.tracefile import TRACE_NAME
+    from ..core.session.runner import SCRIPT_NAME, SUMMARY_NAME
+    from ..core.trace.tracefile import TRACE_NAME
 
     if (out / SCRIPT_NAME).exists() and script.resolve() == (out / SCRIPT_NAME).resolve():
         raise ScriptError(f"--script {script} is the script.json this run writes into --out; copy it elsewhere "

@@ -1,10 +1,12 @@
 """``kvinspect trace [--out DIR] -- python my_script.py ARGS``: observe a program without editing it.
 
 The program runs as a child process with kvinspect's boot folder first on its PYTHONPATH
-(see kvinspect/core/observe_tracer.py); its stdout, stderr, stdin and exit code are its own.
+(see kvinspect/core/observe/tracer.py); its stdout, stderr, stdin and exit code are its own.
 Every causal LM it runs gets a trace in DIR, appended live (``kvinspect view --follow DIR``).
 Afterwards the per-turn table and the events go to stderr, so the program's stdout stays exactly
-what it printed, and kvinspect exits with the program's exit code.
+what it printed, and kvinspect exits with the program's exit code. A program that cannot be
+started exits 127 (not found) or 126 (found, but not executable), as a shell does, so that
+kvinspect's own failure is never read as something the program returned.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.errors import KvInspectError
+from ..core.errors import KvInspectError, runtime_fault
 from .common import claim_out_dir
 
 DEFAULT_ROOT = "kvinspect-traces"
@@ -28,13 +30,26 @@ class TraceCommandError(KvInspectError):
     """The program to trace cannot be started, or the output folder cannot be used."""
 
 
+class ProgramNotFound(TraceCommandError):
+    """No such program (not on PATH, or no such file): exit 127, as a shell does."""
+
+    exit_code = 127
+
+
+class ProgramNotExecutable(TraceCommandError):
+    """The program exists but cannot be run (not executable, a folder, permission denied): exit 126."""
+
+    exit_code = 126
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "trace", help="run your own program unchanged and observe every causal LM it runs",
         description="Run COMMAND (usually `python my_script.py ARGS`) unchanged and observe the KV cache of every "
                     "transformers causal LM it runs. The trace grows while it runs: watch it with "
-                    "`kvinspect view --follow DIR`. The program's output and exit code pass through; the per-turn "
-                    "table and the events are printed on stderr afterwards.",
+                    "`kvinspect view --follow DIR`. The program's output and exit code pass through (127 when it "
+                    "is not found, 126 when it cannot be run); the per-turn table and the events are printed on "
+                    "stderr afterwards.",
         usage="kvinspect trace [--out DIR] [-q] -- python my_script.py [ARGS ...]",
     )
     p.add_argument("--out", metavar="DIR", default=None,
@@ -73,11 +88,11 @@ def _check_program(cmd: list[str]) -> None:
     if os.sep in exe or (os.altsep and os.altsep in exe):
         p = Path(exe)
         if not p.exists():
-            raise TraceCommandError(f"command not found: {exe}")
+            raise ProgramNotFound(f"command not found: {exe}")
         if p.is_dir() or not os.access(p, os.X_OK):
-            raise TraceCommandError(f"cannot run {exe}: not an executable file")
+            raise ProgramNotExecutable(f"cannot run {exe}: not an executable file")
     elif shutil.which(exe) is None:
-        raise TraceCommandError(f"command not found: {exe}")
+        raise ProgramNotFound(f"command not found: {exe}")
 
 
 def _out_dir(given: str | None, overwrite: bool = False) -> tuple[Path, bool]:
@@ -96,11 +111,11 @@ def _out_dir(given: str | None, overwrite: bool = False) -> tuple[Path, bool]:
 
 
 def _child_env(out: Path) -> dict:
-    import kvinspect.core
+    import kvinspect.core.observe
 
-    from ..core.observe_tracer import ENV_DIR, ENV_PKG
+    from ..core.observe.tracer import ENV_DIR, ENV_PKG
 
-    boot = Path(kvinspect.core.__file__).resolve().parent / "_trace_boot"
+    boot = Path(kvinspect.core.observe.__file__).resolve().parent / "_trace_boot"
     from ..cli import QUIETED
 
     # The program runs as it would without kvinspect: none of our own quieting reaches it.
@@ -108,7 +123,7 @@ def _child_env(out: Path) -> dict:
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(boot) + (os.pathsep + old if old else "")
     env[ENV_DIR] = str(out)
-    env[ENV_PKG] = str(Path(kvinspect.core.__file__).resolve().parents[2])
+    env[ENV_PKG] = str(Path(kvinspect.core.observe.__file__).resolve().parents[3])
     return env
 
 
@@ -116,9 +131,13 @@ def _run(cmd: list[str], env: dict) -> int:
     try:
         child = subprocess.Popen(cmd, env=env)
     except FileNotFoundError:
-        raise TraceCommandError(f"command not found: {cmd[0]}") from None
+        raise ProgramNotFound(f"command not found: {cmd[0]}") from None
     except PermissionError:
-        raise TraceCommandError(f"cannot run {cmd[0]}: permission denied") from None
+        raise ProgramNotExecutable(f"cannot run {cmd[0]}: permission denied") from None
+    except OSError as exc:
+        if runtime_fault(exc) is not None:
+            raise  # no memory to start it: the machine's fault (exit 1), not the program's
+        raise ProgramNotExecutable(f"cannot run {cmd[0]}: {exc.strerror or exc}") from None  # e.g. exec format error
     # Ctrl-C reaches the child through the terminal; we wait for it, then report what it did.
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -129,9 +148,9 @@ def _run(cmd: list[str], env: dict) -> int:
 
 
 def _report(out: Path, created: bool, shown: str, rc: int, quiet: bool) -> int:
-    from ..core.summary import write_summary
-    from ..core.tables import events_text, turn_table
-    from ..core.tracefile import read_trace
+    from ..core.report.tables import events_text, turn_table
+    from ..core.trace.summary import write_summary
+    from ..core.trace.tracefile import read_trace
 
     traces = sorted(out.glob("trace*.jsonl"), key=lambda p: (p.name != "trace.jsonl", p.name))
     err = sys.stderr

@@ -27,7 +27,7 @@ def main(args, argv) -> int:
 
     if args.follow:
         # No Qt yet: the window opens only once the path is known to be followable.
-        from ..gui.follow_source import FollowSource, check_follow_target
+        from ..core.trace.follow import FollowSource, check_follow_target
 
         target = check_follow_target(args.trace)
         source = FollowSource(target)
@@ -37,7 +37,7 @@ def main(args, argv) -> int:
             raise TraceError(f"cannot read {source.path or target}: {exc.strerror or exc}") from None
         return _run_viewer()(follow=str(target), source=source, theme=args.theme)
 
-    from ..core.tracefile import read_trace, trace_path
+    from ..core.trace.tracefile import read_trace, trace_path
 
     record = read_trace(args.trace)  # TraceError: one line, exit 2
     return _run_viewer()(record=record, path=str(trace_path(args.trace)), theme=args.theme)

@@ -17,7 +17,7 @@ def dtype_kwarg() -> str:
 
 
 @lru_cache(maxsize=64)
-def _forward_params(cls: type) -> frozenset[str]:
+def _forward_params(cls: type[Any]) -> frozenset[str]:
     try:
         return frozenset(inspect.signature(cls.forward).parameters)
     except (TypeError, ValueError):
@@ -26,7 +26,8 @@ def _forward_params(cls: type) -> frozenset[str]:
 
 def cache_kwarg(model) -> str:
     """``cache`` on 5.24+, ``past_key_values`` before."""
-    return "cache" if "cache" in _forward_params(type(model)) else "past_key_values"
+    # The ignore: mypy does not see a class object as Hashable (it checks object.__hash__ unbound).
+    return "cache" if "cache" in _forward_params(type(model)) else "past_key_values"  # type: ignore[arg-type]
 
 
 def cache_from_call(kwargs: dict, output: Any):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import platform
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 from . import compat
 
@@ -31,7 +32,7 @@ def versions() -> dict[str, str]:
 
 
 def machine() -> dict:
-    out = {
+    out: dict[str, Any] = {
         "os": f"{platform.system()} {platform.release()}",
         "platform": platform.platform(terse=True),
         "machine": platform.machine(),
@@ -81,7 +82,7 @@ def generation_config(model) -> dict:
 
 def config_layers(config) -> list[dict]:
     types = compat.config_layer_types(config)
-    from .probe import ATTENTION_OF_LAYER_TYPE
+    from kvinspect.core.cache.probe import ATTENTION_OF_LAYER_TYPE
 
     return [
         {"index": i, "config_attention": ATTENTION_OF_LAYER_TYPE.get(t, "full"), "layer_type": t,
@@ -91,4 +92,4 @@ def config_layers(config) -> list[dict]:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -36,3 +36,17 @@ def config_dir() -> Path:
     from platformdirs import user_config_dir
 
     return Path(user_config_dir(APP))
+
+
+#: Set (to anything but ``0``) by the test suite, tests/conftest.py: see :func:`ephemeral`.
+EPHEMERAL_ENV = "KVINSPECT_EPHEMERAL"
+
+
+def ephemeral() -> bool:
+    """``KVINSPECT_EPHEMERAL=1``: the window keeps nothing of its own between runs.
+
+    It writes no settings file (unless a caller passes ``persist=True``) and no log file, and
+    leaves the process's exception hooks alone when it only shows a trace. Tests set it so that
+    no test depends on, or leaves behind, what another one saved.
+    """
+    return os.environ.get(EPHEMERAL_ENV, "").strip() not in ("", "0")

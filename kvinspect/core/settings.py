@@ -15,18 +15,23 @@ import json
 import logging
 import os
 import tempfile
+import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .paths import config_dir
+from kvinspect.core.paths import config_dir
 
 log = logging.getLogger(__name__)
 
 SETTINGS_VERSION = 1
 FILE_NAME = "settings.json"
 THEMES = ("dark", "light")
-MAX_RECENT = 8
+RUN_ON = ("local", "ssh")
+#: Keys that earlier files may hold but that mean nothing any more: read without a warning and
+#: never written again. ``top_k`` and ``recent_models`` (until 0.1): the window had no control for
+#: either (it samples with the default top_k, and the picker shows the last model only).
+RETIRED_KEYS = frozenset({"top_k", "recent_models"})
 
 
 @dataclass
@@ -48,10 +53,12 @@ class Settings:
     version: int = SETTINGS_VERSION
     theme: str = "dark"
     # model picker
-    model: str = ""  # last model spec loaded successfully
-    recent_models: list[str] = field(default_factory=list)
+    model: str = ""  # last model spec loaded successfully: the picker's preset
     device: str = "auto"
     dtype: str = "auto"
+    run_on: str = "local"  # where the engine runs: "local" (this machine) or "ssh" (ssh_host)
+    ssh_host: str = ""  # an ssh destination (user@host, an ssh config alias)
+    ssh_python: str = ""  # the host's python with kvinspect ("": python3)
     # trust_remote_code is deliberately not remembered: it must be a fresh decision every time.
     # chat and cache
     policy: str = "reuse"
@@ -61,19 +68,15 @@ class Settings:
     do_sample: bool = False
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = 50
     seed: int = 0
     picked_layers: list[int] = field(default_factory=list)
     window: WindowGeometry = field(default_factory=WindowGeometry)
 
     def remember_model(self, spec: str) -> None:
-        """Make ``spec`` the last model and move it to the front of the recent list."""
+        """Make ``spec`` the last model (the one the picker offers first next time)."""
         spec = spec.strip()
-        if not spec:
-            return
-        self.model = spec
-        self.recent_models = [spec] + [m for m in self.recent_models if m != spec]
-        del self.recent_models[MAX_RECENT:]
+        if spec:
+            self.model = spec
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,31 +86,44 @@ def settings_path() -> Path:
     return config_dir() / FILE_NAME
 
 
-def _check(value, annotation: str):
-    """``value`` converted to the field's type, or raise TypeError. Only the types used above."""
-    ann = annotation.replace(" ", "")
-    if ann == "bool":
+def _check(value, tp):
+    """``value`` converted to the field type ``tp`` (resolved by ``typing.get_type_hints``), or raise TypeError.
+
+    Knows the types the dataclasses above use: bool, int, float, str, None, ``X | Y`` and ``list[X]``.
+    """
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        for option in typing.get_args(tp):
+            try:
+                return _check(value, option)
+            except TypeError:
+                continue
+    elif origin is list:
+        (item,) = typing.get_args(tp)
+        if isinstance(value, list):
+            try:
+                return [_check(v, item) for v in value]
+            except TypeError:
+                pass
+    elif tp is type(None):
+        if value is None:
+            return None
+    elif tp is bool:
         if isinstance(value, bool):
             return value
-    elif ann == "int":
+    elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    elif ann == "int|None":
-        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-            return value
-    elif ann == "float":
+    elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-    elif ann == "str":
+    elif tp is str:
         if isinstance(value, str):
             return value
-    elif ann == "list[str]":
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
-    elif ann == "list[int]":
-        if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return list(value)
-    raise TypeError(f"expected {annotation}, got {type(value).__name__}")
+    else:
+        raise TypeError(f"no check for the type {tp!r}")  # a field type added above without a case here
+    name = tp.__name__ if origin is None and hasattr(tp, "__name__") else str(tp)
+    raise TypeError(f"expected {name}, got {type(value).__name__}")
 
 
 def _fill(obj, data: dict, where: str, problems: list[str]) -> None:
@@ -115,6 +131,8 @@ def _fill(obj, data: dict, where: str, problems: list[str]) -> None:
     hints = typing.get_type_hints(type(obj))
     for key, value in data.items():
         f = known.get(key)
+        if f is None and not where and key in RETIRED_KEYS:
+            continue  # an older file's key: it meant nothing, so it goes without a warning
         if f is None:
             problems.append(f"{where}{key}: unknown key, dropped")
             continue
@@ -125,9 +143,8 @@ def _fill(obj, data: dict, where: str, problems: list[str]) -> None:
             else:
                 problems.append(f"{where}{key}: expected an object, dropped")
             continue
-        ann = f.type if isinstance(f.type, str) else str(hints.get(key))
         try:
-            setattr(obj, key, _check(value, ann))
+            setattr(obj, key, _check(value, hints[key]))
         except TypeError as exc:
             problems.append(f"{where}{key}: {exc}, dropped")
 
@@ -136,6 +153,9 @@ def _sanitise(s: Settings, problems: list[str]) -> None:
     if s.theme not in THEMES:
         problems.append(f"theme: {s.theme!r} is not one of {', '.join(THEMES)}, using dark")
         s.theme = "dark"
+    if s.run_on not in RUN_ON:
+        problems.append(f"run_on: {s.run_on!r} is not one of {', '.join(RUN_ON)}, using local")
+        s.run_on = "local"
     if not 1 <= s.max_new_tokens <= 1_000_000:
         problems.append(f"max_new_tokens: {s.max_new_tokens} out of range, using 64")
         s.max_new_tokens = 64
@@ -144,8 +164,6 @@ def _sanitise(s: Settings, problems: list[str]) -> None:
             problems.append(f"{name}: must be positive, using 1.0")
             setattr(s, name, 1.0)
     s.top_p = min(s.top_p, 1.0)
-    s.top_k = max(s.top_k, 0)
-    s.recent_models = s.recent_models[:MAX_RECENT]
     s.picked_layers = sorted({i for i in s.picked_layers if i >= 0})[:8]
     s.window.width = max(int(s.window.width), 640)
     s.window.height = max(int(s.window.height), 480)

@@ -14,7 +14,7 @@ import torch
 from transformers import DynamicCache
 
 # Only to get a model offline (built-in name, model folder or .gguf); yours: from_pretrained.
-from kvinspect.core.loading import load_model
+from kvinspect.core.model.loading import load_model
 
 SYSTEM = "You are a helpful assistant."
 TURNS = ["I am building a customer-service bot.", "Make that system prompt shorter.", "Now in French."]

@@ -13,7 +13,7 @@ from transformers import DynamicCache
 
 # Only to get a model offline: kvinspect's loader takes a built-in name (tiny-mistral, smollm2),
 # a model folder or a .gguf file. Your own code would call AutoModelForCausalLM.from_pretrained.
-from kvinspect.core.loading import load_model
+from kvinspect.core.model.loading import load_model
 
 PROMPT = "Explain in three sentences what a KV cache does."
 

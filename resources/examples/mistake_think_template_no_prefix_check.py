@@ -16,7 +16,7 @@ import torch
 from transformers import DynamicCache
 
 # Only to get a model offline (built-in name, model folder or .gguf); yours: from_pretrained.
-from kvinspect.core.loading import load_model
+from kvinspect.core.model.loading import load_model
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "qwen3-think.jinja"
 SYSTEM = "You are a helpful assistant."

@@ -12,7 +12,7 @@ import argparse
 from transformers import DynamicCache
 
 # Only to get a model offline (built-in name, model folder or .gguf); yours: from_pretrained.
-from kvinspect.core.loading import load_model
+from kvinspect.core.model.loading import load_model
 
 PROMPTS = ["Explain in three sentences what a KV cache does.", "What is a sliding window?"]
 

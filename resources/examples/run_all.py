@@ -11,7 +11,7 @@ import importlib.util
 from pathlib import Path
 
 # Only to get a model offline (built-in name, model folder or .gguf); yours: from_pretrained.
-from kvinspect.core.loading import load_model
+from kvinspect.core.model.loading import load_model
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = (

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from kvinspect.core import autosave
-from kvinspect.core.autosave import autosave_dir, autosave_path, list_autosaves, prune_autosaves
 from kvinspect.core.paths import data_dir
-from kvinspect.core.tracefile import read_trace
+from kvinspect.core.trace import autosave
+from kvinspect.core.trace.autosave import autosave_dir, autosave_path, list_autosaves, prune_autosaves
+from kvinspect.core.trace.tracefile import read_trace
 
 MAX_NEW = 600  # tiny models never stop early: each turn is exactly this long (a few seconds)
 
@@ -114,10 +114,10 @@ def test_kill_9_of_kvinspect_run_keeps_completed_turns(tmp_path):
 
 def test_kill_9_of_a_session_autosaving_like_the_gui(tmp_path):
     code = textwrap.dedent(f"""
-        from kvinspect.core.autosave import autosave_path
-        from kvinspect.core.loading import load_model
-        from kvinspect.core.script import GenerationSettings
-        from kvinspect.core.session import ChatSession, SessionOptions
+        from kvinspect.core.trace.autosave import autosave_path
+        from kvinspect.core.model.loading import load_model
+        from kvinspect.core.session.script import GenerationSettings
+        from kvinspect.core.session.chat import ChatSession, SessionOptions
 
         loaded = load_model("tiny-mistral", device="cpu")
         opts = SessionOptions(settings=GenerationSettings(max_new_tokens={MAX_NEW}))
@@ -138,7 +138,7 @@ def test_kill_9_of_a_session_autosaving_like_the_gui(tmp_path):
 
 
 def test_a_clean_session_is_marked_closed(tmp_path):
-    from kvinspect.core.session import ChatSession
+    from kvinspect.core.session.chat import ChatSession
     from tests.conftest import load_cached
 
     with ChatSession(load_cached("tiny-llama"), trace_path=autosave_path("tiny-llama")) as s:

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from kvinspect.core.catalog import BUILTINS, find_builtin
-from kvinspect.core.loading import load_model
+from kvinspect.core.model.catalog import BUILTINS, find_builtin
+from kvinspect.core.model.loading import load_model
 
 from ..conftest import TINY, load_cached
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
-from kvinspect.core.compare import ComparePlan, run_compare
-from kvinspect.core.compare_configs import CompareConfig, parse_config, parse_configs, unavailable_reason
-from kvinspect.core.compare_lengths import filler_prompt
-from kvinspect.core.compare_report import build_report, write_report
+from kvinspect.child_render import render_in_child
+from kvinspect.core.compare.configs import CompareConfig, parse_config, parse_configs, unavailable_reason
+from kvinspect.core.compare.lengths import filler_prompt
+from kvinspect.core.compare.report import build_report, write_report
+from kvinspect.core.compare.run import ComparePlan, run_compare
 from kvinspect.core.errors import ScriptError
-from kvinspect.core.script import ChatScript, GenerationSettings
-from kvinspect.core.tracefile import read_trace
+from kvinspect.core.session.script import ChatScript, GenerationSettings
+from kvinspect.core.trace.tracefile import read_trace
 
 from ..conftest import load_cached
 
@@ -129,7 +131,7 @@ def tiny_compare(tmp_path_factory):
 
     result = run_compare(lm, plan, out, progress=lambda d, t, m: seen.append((d, t, m)), on_run=on_run)
     assert partial == [1, 2, 3, 4, 5, 6]
-    files = write_report(result, out, plots=True, formats=("png", "svg"))
+    files = write_report(result, out, plots=True, formats=("png", "svg"), renderer=render_in_child)
     return lm, out, result, files, seen
 
 
@@ -167,6 +169,23 @@ def test_export_elsewhere_is_self_contained(tiny_compare, tmp_path):
     assert (tmp_path / "export" / "runs" / "static-r2" / "trace.jsonl").is_file()
     exported = json.loads(files.json.read_text(encoding="utf-8"))
     assert exported["configs"][0]["runs"][0]["dir"] == "runs/dynamic-r1"
+
+
+def test_plots_come_from_the_callers_renderer(tiny_compare, tmp_path):
+    from kvinspect.core.report.plots import PlotResult
+
+    _, _, result, _, _ = tiny_compare
+    files = write_report(result, tmp_path / "none")  # no renderer: no images, and the report says so
+    data = json.loads(files.json.read_text(encoding="utf-8"))
+    assert files.plots == [] and data["plots"] == [] and any("no renderer" in n for n in data["notes"])
+    calls = []
+
+    def fake(kind, input_path, out_dir, formats):
+        calls.append((kind, Path(input_path).name, Path(out_dir).name, formats))
+        return PlotResult(notes=["drawn elsewhere"])
+
+    files = write_report(result, tmp_path / "fake", formats=("png",), renderer=fake)
+    assert calls == [("compare", "compare.json", "plots", ("png",))] and files.notes == ["drawn elsewhere"]
 
 
 def test_configurations_are_interleaved(tiny_compare):
@@ -271,7 +290,7 @@ def test_recompile_limit_warning_is_captured_and_scoped():
     instead, and the filter is gone afterwards (other warnings pass untouched)."""
     import logging
 
-    from kvinspect.core.compare_configs import quiet_recompiles
+    from kvinspect.core.compare.configs import quiet_recompiles
 
     lg = logging.getLogger("torch._dynamo.convert_frame")
     seen: list[str] = []

@@ -12,15 +12,23 @@ import json
 
 import numpy as np
 
-from kvinspect.core.detectors import TurnContext, detect_turn, turn_checklist
-from kvinspect.core.events import (
+from kvinspect.core.cache.observer import StepSample
+from kvinspect.core.cache.probe import CacheSnapshot, LayerSnapshot
+from kvinspect.core.detect.detectors import TurnContext, detect_turn, turn_checklist
+from kvinspect.core.detect.events import (
+    CACHE_DISABLED,
+    CACHE_FED_WITHOUT_USE_CACHE,
+    CACHE_RECREATED,
+    CHUNK_REACHED,
+    CONFIG_OVERRIDE,
     CONTEXT_LIMIT,
-    CACHE_DISABLED, CACHE_FED_WITHOUT_USE_CACHE, CACHE_RECREATED, CHUNK_REACHED, CONFIG_OVERRIDE,
-    DUPLICATE_CONTEXT, PREFIX_DIVERGENCE, UNBOUNDED_WINDOW, WINDOW_REACHED, Event,
+    DUPLICATE_CONTEXT,
+    PREFIX_DIVERGENCE,
+    UNBOUNDED_WINDOW,
+    WINDOW_REACHED,
+    Event,
 )
-from kvinspect.core.observer import StepSample
-from kvinspect.core.probe import CacheSnapshot, LayerSnapshot
-from kvinspect.core.record import TraceRecord
+from kvinspect.core.trace.record import TraceRecord
 
 
 def sample(cache_id, q_len, seen, stored, use_cache=True):
@@ -67,12 +75,11 @@ def conversation(prompt_len, new, layers_spec, cache_id=1, prev_cache_id=None, c
     ctx.snapshot = snap
     ctx.new_ids = list(range(new))
     ctx.model_layers = [{"index": i, "config_attention": c, "window": w} for i, (_a, c, w) in enumerate(layers_spec)]
-    ctx.n_layers = len(layers_spec)
     return ctx
 
 
 def run(ctx, record=None):
-    record = record or TraceRecord(ctx.n_layers)
+    record = record or TraceRecord(len(ctx.model_layers))
     events = detect_turn(ctx, record)
     return events, turn_checklist(ctx, events)
 

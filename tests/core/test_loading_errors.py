@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from kvinspect.core.errors import KvInspectError, ModelLoadError, ModelSpecError
-from kvinspect.core.loading import load_model
+from kvinspect.core.model.loading import load_model
 
 
 def _cli(*args, cwd=None):
@@ -34,7 +34,7 @@ def _corrupt_config_dir(tmp_path):
 
 
 def _truncated_gguf(tmp_path):
-    from kvinspect.core.fetch import fetched_path, is_fetched
+    from kvinspect.core.model.fetch import fetched_path, is_fetched
 
     p = tmp_path / "truncated.gguf"
     if is_fetched("smollm2"):
@@ -92,7 +92,7 @@ def test_bad_flags_one_line(tmp_path):
 def test_device_choice_on_cpu_only_machine():
     import torch
 
-    from kvinspect.core.devices import resolve_device, resolve_dtype
+    from kvinspect.core.model.devices import resolve_device, resolve_dtype
 
     label, _ = resolve_device("auto")
     assert label in ("cpu", "cuda", "mps")

@@ -19,9 +19,10 @@ import torch
 from transformers import DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 import kvinspect
-from kvinspect.core.observe import ObserveError
-from kvinspect.core.observe_detect import UNKNOWN, Fed, TokenBook
-from kvinspect.core.tracefile import TraceReader, read_trace
+from kvinspect.core.detect.token_book import UNKNOWN, Fed, TokenBook
+from kvinspect.core.observe.api import ObserveError
+from kvinspect.core.trace.tracefile import TraceReader, read_trace
+
 from ..conftest import load_cached
 
 # The examples pass past_key_values= as the article does; transformers 5.x warns about the spelling.
@@ -151,7 +152,7 @@ def _hook_state(model):
 
 
 def test_hooks_are_gone_after_the_block_even_after_an_error():
-    from kvinspect.core.loading import load_model
+    from kvinspect.core.model.loading import load_model
 
     lm = load_model("tiny-llama", device="cpu")  # a fresh model: nothing else has touched its hooks
     before = _hook_state(lm.model)

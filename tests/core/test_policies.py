@@ -13,12 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from kvinspect.core.catalog import find_builtin
-from kvinspect.core.events import (
-    CACHE_DISABLED, CACHE_FED_WITHOUT_USE_CACHE, CACHE_RECREATED, CHUNK_REACHED, CONFIG_OVERRIDE,
-    DUPLICATE_CONTEXT, INFO_KINDS, PREFIX_DIVERGENCE, TURN_FAILED, UNBOUNDED_WINDOW, WINDOW_REACHED,
+from kvinspect.core.detect.events import (
+    CACHE_DISABLED,
+    CACHE_FED_WITHOUT_USE_CACHE,
+    CACHE_RECREATED,
+    CHUNK_REACHED,
+    CONFIG_OVERRIDE,
+    DUPLICATE_CONTEXT,
+    INFO_KINDS,
+    PREFIX_DIVERGENCE,
+    TURN_FAILED,
+    UNBOUNDED_WINDOW,
+    WINDOW_REACHED,
 )
-from kvinspect.core.loading import load_model
+from kvinspect.core.model.catalog import find_builtin
+from kvinspect.core.model.loading import load_model
 
 from ..conftest import TINY, WINDOWED, load_cached
 from .test_session import CAPITALS, baseline_without_cache, run_session
@@ -336,8 +345,8 @@ def test_respecting_a_colliding_generation_config_fails_like_generate_does(reque
 
 def test_a_checkpoint_generation_config_collision_is_reported_too():
     """The same collision when it comes from the checkpoint (generation_config.json), not an override."""
-    from kvinspect.core.script import GenerationSettings
-    from kvinspect.core.session import ChatSession, SessionOptions
+    from kvinspect.core.session.chat import ChatSession, SessionOptions
+    from kvinspect.core.session.script import GenerationSettings
 
     loaded = load_model("tiny-llama", device="cpu")  # a private copy: this test edits its config
     loaded.model.generation_config.cache_implementation = "static"

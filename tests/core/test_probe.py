@@ -12,13 +12,13 @@ import pytest
 import torch
 from transformers import DynamicCache, cache_utils
 
-from kvinspect.core.catalog import find_builtin
+from kvinspect.core.cache.memory import MemorySampler
+from kvinspect.core.cache.observer import StepObserver
+from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.errors import UnsupportedCacheError
-from kvinspect.core.memory import MemorySampler
-from kvinspect.core.observer import StepObserver
-from kvinspect.core.probe import CacheProbe
-from kvinspect.core.script import GenerationSettings
-from kvinspect.core.session import ChatSession, SessionOptions, check_cache_available
+from kvinspect.core.model.catalog import find_builtin
+from kvinspect.core.session.chat import ChatSession, SessionOptions, check_cache_available
+from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import TINY, load_cached
 

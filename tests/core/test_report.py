@@ -19,19 +19,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvinspect.cli import main as cli_main
-from kvinspect.core.events import PREFIX_DIVERGENCE, WINDOW_REACHED
 import kvinspect
-from kvinspect.core.markdown import md_cell, md_fence, turn_phrase
-from kvinspect.core.redact import redact_command
-from kvinspect.core.report import (
-    event_markdown, layer_table_markdown, turn_layers_markdown, turns_markdown, write_report,
+from kvinspect.child_render import render_in_child
+from kvinspect.cli import main as cli_main
+from kvinspect.core.detect.events import PREFIX_DIVERGENCE, WINDOW_REACHED
+from kvinspect.core.report.bundle import (
+    event_markdown,
+    layer_table_markdown,
+    turn_layers_markdown,
+    turns_markdown,
+    write_report,
 )
-from kvinspect.core.reproduce import reproduce
-from kvinspect.core.runner import run_script
-from kvinspect.core.script import ChatScript, GenerationSettings, load_script
-from kvinspect.core.session import SessionOptions
-from kvinspect.core.tracefile import read_trace
+from kvinspect.core.report.markdown import md_cell, md_fence, turn_phrase
+from kvinspect.core.report.reproduce import reproduce
+from kvinspect.core.session.chat import SessionOptions
+from kvinspect.core.session.runner import run_script
+from kvinspect.core.session.script import ChatScript, GenerationSettings, load_script
+from kvinspect.core.trace.redact import redact_command
+from kvinspect.core.trace.tracefile import read_trace
 from tests.conftest import load_cached
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +125,7 @@ def test_round_trip_smollm2_with_a_diverging_template(smollm2, tmp_path):
                         settings=GenerationSettings(max_new_tokens=16))
     run = run_script(smollm2, script, tmp_path / "run", opts, command=None)
     assert {e.kind for e in run.record.events} == {PREFIX_DIVERGENCE}
-    res = write_report(run.trace, tmp_path / "bundle")
+    res = write_report(run.trace, tmp_path / "bundle", renderer=render_in_child)
     bundle = res.out_dir
     _assert_bundle_files(bundle)
     assert (bundle / "qwen3-think.jinja").read_text(encoding="utf-8") == QWEN3.read_text(encoding="utf-8")
@@ -267,6 +272,33 @@ def test_out_folder_mistakes_exit_2(gemma3_record, tmp_path, capsys):
     assert (other / "trace.jsonl").exists() and (other / "script.json").exists()  # untouched
 
 
+def test_the_renderer_is_the_callers(gemma3_record, tmp_path):
+    """write_report draws nothing itself: without a renderer the bundle says so; with one, it is called."""
+    res = write_report(gemma3_record, tmp_path / "plain")
+    names = {p.name for p in (tmp_path / "plain").iterdir()}
+    assert {"report.md", "summary.json", "trace.jsonl"} <= names and not PLOTS & names
+    assert any(n.startswith("plots skipped: no renderer") for n in res.notes)
+    assert "plots skipped: no renderer" in (tmp_path / "plain" / "report.md").read_text(encoding="utf-8")
+
+    from kvinspect.core.report.plots import PlotResult
+
+    calls = []
+
+    def fake(kind, input_path, out_dir, formats):
+        calls.append((kind, Path(input_path).name, formats))
+        png = Path(out_dir) / "cache.png"
+        png.write_bytes(b"\x89PNG\r\n\x1a\n")
+        return PlotResult(files=[png], notes=["memory: nothing to draw"])
+
+    res = write_report(gemma3_record, tmp_path / "drawn", formats=("png",), renderer=fake)
+    assert calls == [("trace", "trace.jsonl", ("png",))]
+    md = (tmp_path / "drawn" / "report.md").read_text(encoding="utf-8")
+    assert "(cache.png)" in md and "memory: nothing to draw" in md and res.notes == ["memory: nothing to draw"]
+    calls.clear()
+    write_report(gemma3_record, tmp_path / "off", plots_enabled=False, renderer=fake)
+    assert calls == [] and "--no-plots" in (tmp_path / "off" / "report.md").read_text(encoding="utf-8")
+
+
 # -- what the review of `kvinspect report` found: failed turns, observed programs, wording, plot axes ---------------
 
 #: Python's None/NaN and "(s)" plurals in prose ("event(s)", "Turn(s)"); column headers such as "TTFT (s)" are fine.
@@ -373,9 +405,8 @@ def test_an_observe_api_trace_says_the_program_reruns_it(observed_record, tmp_pa
 @pytest.mark.skipif(not HAS_QT, reason="needs PySide6 and pyqtgraph")
 def test_plot_step_axes_have_whole_ticks_from_zero(tmp_path):
     """The kind strip sits left of step 0: the step axis must not label -1 there, nor half steps."""
-    from PySide6 import QtWidgets
-
     import pyqtgraph as pg
+    from PySide6 import QtWidgets
 
     from kvinspect.gui.render_trace import cache_figure, memory_figure
 

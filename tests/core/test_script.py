@@ -11,7 +11,7 @@ import json
 import pytest
 
 from kvinspect.core.errors import KvInspectError, ScriptError
-from kvinspect.core.script import ChatScript, GenerationSettings, load_script, parse_script
+from kvinspect.core.session.script import ChatScript, GenerationSettings, load_script, parse_script
 
 
 def _write(tmp_path, text: str | bytes, name: str = "script.json"):
@@ -133,7 +133,7 @@ def test_malformed_script_is_refused_naming_file_and_key(tmp_path, doc, needles)
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_numbers_are_refused(tmp_path, value):
     # Python's json accepts these spellings, so the check must be explicit.
-    p = _write(tmp_path, '{"turns": ["ok"], "temperature": %s}' % value)
+    p = _write(tmp_path, f'{{"turns": ["ok"], "temperature": {value}}}')
     _one_line_error(p, "temperature")
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvinspect.core.detect.events import TURN_STOPPED
 from kvinspect.core.errors import ScriptError
-from kvinspect.core.events import TURN_STOPPED
-from kvinspect.core.script import GenerationSettings
-from kvinspect.core.session import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import load_cached
 

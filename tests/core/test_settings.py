@@ -17,7 +17,7 @@ def test_round_trip(tmp_path):
     p = save_settings(s, tmp_path / "settings.json")
     back = load_settings(p)
     assert back == s
-    assert back.recent_models == ["tiny-gemma3", "smollm2"]
+    assert back.model == "tiny-gemma3"
     assert json.loads(p.read_text())["version"] == SETTINGS_VERSION
 
 
@@ -41,18 +41,56 @@ def test_bad_keys_are_dropped_not_fatal(tmp_path, caplog):
     p = tmp_path / "settings.json"
     p.write_text(json.dumps({
         "version": 99, "theme": "purple", "max_new_tokens": "many", "seed": 7, "bogus": 1,
-        "do_sample": 1, "recent_models": ["a", 3], "window": {"width": 100, "height": 900, "x": "left"},
-        "picked_layers": [3, 1, 3, -2],
+        "do_sample": 1, "picked_layers": [3, 1, 3, -2], "window": {"width": 100, "height": 900, "x": "left"},
+        "temperature": True, "model": ["a", 3],
     }), encoding="utf-8")
     with caplog.at_level(logging.WARNING):
         s = load_settings(p)
     assert s.seed == 7  # the good key survives
     assert s.theme == "dark" and s.max_new_tokens == 64 and s.do_sample is False
-    assert s.recent_models == [] and s.picked_layers == [1, 3]
+    assert s.picked_layers == [1, 3] and s.temperature == 1.0 and s.model == ""
     assert s.window.width == 640 and s.window.height == 900 and s.window.x is None
     assert s.version == SETTINGS_VERSION
-    for word in ("bogus", "max_new_tokens", "do_sample", "theme", "version 99"):
+    for word in ("bogus", "max_new_tokens", "do_sample", "theme", "version 99", "temperature", "model"):
         assert word in caplog.text
+
+
+def test_retired_keys_are_read_silently_and_not_written_again(tmp_path, caplog):
+    """top_k and recent_models had no control in the window; a file that still holds them loads cleanly."""
+    p = tmp_path / "settings.json"
+    p.write_text(json.dumps({"version": 1, "theme": "light", "top_k": 20, "recent_models": ["smollm2", "x"],
+                             "model": "smollm2"}), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        s = load_settings(p)
+    assert caplog.text == ""
+    assert (s.theme, s.model) == ("light", "smollm2")
+    save_settings(s, p)
+    assert not {"top_k", "recent_models"} & set(json.loads(p.read_text(encoding="utf-8")))
+
+
+def test_field_types_are_checked_from_the_resolved_hints():
+    """Every field type of Settings/WindowGeometry has a check (a new field of a new type fails here first)."""
+    import typing
+    from dataclasses import fields, is_dataclass
+
+    from kvinspect.core.settings import WindowGeometry, _check
+
+    for cls in (Settings, WindowGeometry):
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            if is_dataclass(hints[f.name]):
+                continue
+            default = getattr(cls(), f.name)
+            assert _check(default, hints[f.name]) == default, f.name
+    hints = typing.get_type_hints(WindowGeometry)
+    assert _check(None, hints["x"]) is None and _check(5, hints["x"]) == 5
+    for bad in ("5", True, 1.5):
+        try:
+            _check(bad, hints["x"])
+        except TypeError as exc:
+            assert "int | None" in str(exc)
+        else:
+            raise AssertionError(bad)
 
 
 def test_env_overrides_theme(tmp_path, monkeypatch):
@@ -72,3 +110,14 @@ def test_unwritable_location_does_not_raise(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert save_settings(Settings(), blocker / "sub" / "settings.json") is None
+
+
+def test_run_on_is_remembered_and_checked(tmp_path, caplog):
+    s = Settings(run_on="ssh", ssh_host="me@gpu1", ssh_python="~/venv/bin/python")
+    back = load_settings(save_settings(s, tmp_path / "settings.json"))
+    assert (back.run_on, back.ssh_host, back.ssh_python) == ("ssh", "me@gpu1", "~/venv/bin/python")
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({"run_on": "moon", "ssh_host": "gpu2"}), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        bad = load_settings(p)
+    assert bad.run_on == "local" and bad.ssh_host == "gpu2" and "run_on" in caplog.text

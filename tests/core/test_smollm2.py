@@ -2,7 +2,7 @@
 
 import torch
 
-from kvinspect.core.fetch import SMOLLM2, fetched_path
+from kvinspect.core.model.fetch import SMOLLM2, fetched_path
 
 
 def test_smollm2_answers_paris(smollm2):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kvinspect.core.tracefile import TraceReader, read_trace
+from kvinspect.core.trace.tracefile import TraceReader, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = ROOT / "resources" / "examples"
@@ -87,7 +87,7 @@ def test_single_example_script_output_and_exit_code_pass_through(tmp_path):
 PROGRAM = textwrap.dedent('''
     import os, sys
     import torch
-    from kvinspect.core.loading import load_model
+    from kvinspect.core.model.loading import load_model
 
     print("user sitecustomize ran:", os.environ.get("USER_SITECUSTOMIZE_RAN"))
     print("boot folder on sys.path:", any("_trace_boot" in p for p in sys.path))
@@ -179,10 +179,51 @@ def test_a_script_without_a_model_says_nothing_observed(tmp_path):
 def test_usage_mistakes_are_one_line_and_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kvinspect", "trace"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing to run" in r.stderr
+
+
+def test_a_program_that_cannot_start_exits_127_or_126_like_a_shell(tmp_path):
+    """kvinspect's own failure to start the program must not pass for an exit code the program chose."""
     r = kvinspect_trace(tmp_path / "out", "no-such-program-kvinspect")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.returncode == 127 and r.stderr.count("\n") == 1
     assert "command not found: no-such-program-kvinspect" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _trace_in_process(out, *cmd) -> int:
+    from kvinspect.cli import main
+
+    return main(["trace", "--out", str(out), "--", *cmd])
+
+
+def test_not_found_127_not_executable_126(tmp_path, capsys, monkeypatch):
+    import kvinspect.cli
+
+    monkeypatch.setattr(kvinspect.cli, "quiet_libraries", lambda: None)
+    plain = tmp_path / "plain.py"
+    plain.write_text("print('hi')\n")  # not executable
+    no_format = tmp_path / "noformat"
+    no_format.write_bytes(b"\x00\x01 not a program\n")  # executable bit, but no shebang and not a binary
+    no_format.chmod(0o755)
+    cases = [
+        (str(tmp_path / "missing-program"), 127, "command not found:"),
+        ("no-such-program-kvinspect", 127, "command not found:"),
+        (str(plain), 126, "not an executable file"),
+        (str(tmp_path), 126, "not an executable file"),
+        (str(no_format), 126, "cannot run"),
+    ]
+    for prog, code, words in cases:
+        out = tmp_path / "out"
+        assert _trace_in_process(out, prog) == code, prog
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("kvinspect: error:")]
+        assert len(err) == 1 and words in err[0] and prog in err[0], (prog, err)
+        assert not out.exists()  # the folder made for it is gone again
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("subprocess.Popen", denied)  # found and executable, refused by the kernel (noexec mount)
+    assert _trace_in_process(tmp_path / "out", sys.executable, "-c", "pass") == 126
+    assert "permission denied" in capsys.readouterr().err
 
 
 def test_an_earlier_trace_is_never_lost_and_the_program_sees_its_own_environment(tmp_path):
@@ -208,7 +249,7 @@ def test_an_earlier_trace_is_never_lost_and_the_program_sees_its_own_environment
 LIVE = textwrap.dedent('''
     import sys, time
     from pathlib import Path
-    from kvinspect.core.loading import load_model
+    from kvinspect.core.model.loading import load_model
 
     lm = load_model("tiny-gemma3", device="cpu")
     ids = lm.tokenizer("hello there", return_tensors="pt")["input_ids"]

@@ -17,9 +17,9 @@ import pytest
 
 from kvinspect.cli import main as cli_main
 from kvinspect.core.errors import TraceError
-from kvinspect.core.runner import run_script
-from kvinspect.core.script import ChatScript, GenerationSettings
-from kvinspect.core.tracefile import TRACE_NAME, VERSION, TraceReader, read_trace
+from kvinspect.core.session.runner import run_script
+from kvinspect.core.session.script import ChatScript, GenerationSettings
+from kvinspect.core.trace.tracefile import TRACE_NAME, VERSION, TraceReader, read_trace
 from tests.conftest import load_cached
 
 

@@ -15,14 +15,15 @@ import zlib
 import numpy as np
 import pytest
 
+from kvinspect.core.detect.events import Event
 from kvinspect.core.errors import TraceError
-from kvinspect.core.events import Event
-from kvinspect.core.record import STEP_LAYER, STEP_SCALARS, TraceRecord, TurnRecord
-from kvinspect.core.runner import run_script
-from kvinspect.core.script import ChatScript, GenerationSettings
-from kvinspect.core.session import ChatSession, SessionOptions
-from kvinspect.core.summary import build_summary
-from kvinspect.core.tracefile import FORMAT, TRACE_NAME, VERSION, TraceWriter, read_trace, write_trace
+from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.runner import run_script
+from kvinspect.core.session.script import ChatScript, GenerationSettings
+from kvinspect.core.trace.record import STEP_LAYER, STEP_SCALARS, TraceRecord, TurnRecord
+from kvinspect.core.trace.stream import Stream
+from kvinspect.core.trace.summary import build_summary
+from kvinspect.core.trace.tracefile import FORMAT, TRACE_NAME, VERSION, TraceWriter, read_trace, write_trace
 
 from ..conftest import load_cached
 
@@ -110,8 +111,8 @@ def test_chunked_writes_round_trip_exactly(tmp_path):
     rec = _synthetic(1200)
     # Replay the record into a fresh one, flushing at irregular points as a live session does.
     live = TraceRecord(rec.n_layers, rec.header)
-    live.set_devices(rec.devices)
-    w = TraceWriter(tmp_path / "live.jsonl", live)
+    w = Stream(live, [TraceWriter(tmp_path / "live.jsonl")])
+    w.devices(list(rec.devices))
     for k in range(rec.n_steps):
         live.append_step(turn=int(rec.turn[k]), t=float(rec.t[k]) + 100.0, cache_id=int(rec.cache_id[k]),
                          q_len=int(rec.q_len[k]), use_cache=[False, True, None][int(rec.use_cache[k]) % 3],

@@ -1,3 +1,0 @@
-"""Not imported by kvinspect: this folder goes first on the PYTHONPATH of a program run by
-``kvinspect trace``, so that its ``sitecustomize`` arms the tracer (see kvinspect.core.observe_tracer).
-It is a package only so that wheels ship it."""

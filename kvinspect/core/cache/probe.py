@@ -1,0 +1,499 @@
+"""Read any transformers cache object: per-layer seen / stored / capacity / window / device / bytes.
+
+Two speeds. :meth:`CacheProbe.lengths` runs after every forward pass: attribute reads and
+shapes only, no device sync (static layers on an accelerator keep a counter advanced by the
+forward's query length instead of reading their 0-d ``cumulative_length`` tensor).
+:meth:`CacheProbe.snapshot` walks every tensor and storage (≈150 µs for 30 layers) and is
+meant for the end of a turn or a throttled refresh. See docs/probe.md for what each field means.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import asdict, dataclass, field
+from itertools import count
+
+import numpy as np
+
+from kvinspect.core import compat
+from kvinspect.core.errors import UnsupportedCacheError
+
+NA = -1  # "no token axis" (linear-attention / shared layers) in integer series
+
+#: Attention kinds as shown to users; ``config_attention`` is what the model config asks for.
+ATTENTION_OF_LAYER_TYPE = {
+    "full_attention": "full",
+    "sliding_attention": "sliding",
+    "chunked_attention": "chunked",
+    "linear_attention": "linear",
+}
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What a cache layer is; fixed for the life of one cache object."""
+
+    index: int
+    cls: str
+    attention: str  # full | sliding | chunked | linear | shared  (what the cache does)
+    config_attention: str  # what the model config asks for
+    storage: str  # dynamic | static | quantized | linear | none | legacy
+    window: int | None
+    capacity: int | None
+
+    @property
+    def kind(self) -> str:
+        if self.storage == "quantized":
+            return "quantized"
+        if self.storage == "static":
+            return "static-" + self.attention
+        return self.attention
+
+
+@dataclass
+class LayerSnapshot:
+    index: int
+    kind: str
+    attention: str
+    config_attention: str
+    storage: str
+    cls: str
+    seen: int | None
+    stored: int | None
+    capacity: int | None
+    window: int | None
+    device: str
+    home_device: str
+    dtype: str
+    bytes: int
+    held_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CacheSnapshot:
+    cache_id: int
+    cache_class: str
+    offloading: bool
+    layers: list[LayerSnapshot] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(lay.bytes for lay in self.layers)
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(lay.held_bytes for lay in self.layers)
+
+    def bytes_by_device(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for lay in self.layers:
+            if lay.bytes:
+                out[lay.device] = out.get(lay.device, 0) + lay.bytes
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "cache_id": self.cache_id,
+            "cache_class": self.cache_class,
+            "offloading": self.offloading,
+            "bytes": self.bytes,
+            "held_bytes": self.held_bytes,
+            "bytes_by_device": self.bytes_by_device(),
+            "layers": [lay.to_dict() for lay in self.layers],
+        }
+
+
+def _cls_name(obj) -> str:
+    return type(obj).__name__
+
+
+def _storage_of(layer) -> str:
+    name = _cls_name(layer)
+    if name == "DummyLayer":
+        return "none"
+    if "Quantized" in name:
+        return "quantized"
+    if name.startswith("LinearAttention") and "And" not in name:
+        return "linear"
+    if "Static" in name or name in ("SlidingWindowLayer", "ChunkedSlidingLayer"):
+        return "static"
+    return "dynamic"
+
+
+def _attention_of(layer, storage: str, config_attention: str) -> str:
+    if storage == "none":
+        return "shared"
+    if storage == "linear":
+        return "linear"
+    name = _cls_name(layer)
+    sliding = bool(getattr(layer, "is_sliding", False)) or "Sliding" in name or "Chunked" in name
+    if not sliding:
+        return "full"
+    # Chunked layers use the very same class as sliding ones: only the config tells them apart.
+    if name == "ChunkedSlidingLayer" or config_attention == "chunked":
+        return "chunked"
+    return "sliding"
+
+
+def _window_of(layer, attention: str, config_window: int | None) -> int | None:
+    if attention not in ("sliding", "chunked"):
+        return None
+    w = getattr(layer, "sliding_window", None)
+    if isinstance(w, int) and w > 0:
+        return w
+    return config_window
+
+
+class _CacheState:
+    """Per-cache bookkeeping: layer shapes and counters for static layers on accelerators."""
+
+    __slots__ = ("cache_id", "shapes", "readers", "est_seen", "row_bytes", "__weakref__")
+
+    def __init__(self, cache_id: int):
+        self.cache_id = cache_id
+        self.shapes: list[LayerShape] = []
+        self.readers: list = []
+        self.est_seen: dict[int, int] = {}
+        self.row_bytes: dict[int, int] = {}
+
+
+class CacheProbe:
+    """Reads caches of one model. Keeps a stable small integer id per cache object."""
+
+    _ids = count(1)
+
+    def __init__(self, config, n_layers: int | None = None):
+        self.config = config
+        self.config_types = compat.config_layer_types(config)
+        self.n_layers = int(n_layers or len(self.config_types) or 0)
+        self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._legacy: dict[int, _CacheState] = {}
+        self.devices: list[str] = []  # device table: code -> "cpu", "cuda:0", ...
+        self._dev_codes: dict = {}
+
+    # -- identity -------------------------------------------------------------------------
+    def identify(self, cache) -> tuple[int, bool]:
+        """``(cache_id, first_time_seen)``; ids are stable for the life of the object."""
+        if cache is None:
+            return 0, False
+        if _cls_name(cache) == "EncoderDecoderCache":
+            raise UnsupportedCacheError(
+                "encoder-decoder caches (EncoderDecoderCache) are not supported: kvinspect inspects decoder-only models"
+            )
+        known = self.known_id(cache)
+        if known is not None:
+            return known, False
+        return self._state(cache).cache_id, True
+
+    def _state(self, cache) -> _CacheState:
+        try:
+            st = self._states.get(cache)
+        except TypeError:  # legacy tuples are not weak-referenceable
+            st = self._legacy.get(id(cache))
+            if st is None:
+                st = self._legacy[id(cache)] = _CacheState(next(self._ids))
+            return st
+        if st is None:
+            st = _CacheState(next(self._ids))
+            self._states[cache] = st
+        return st
+
+    def known_id(self, cache) -> int | None:
+        try:
+            st = self._states.get(cache)
+        except TypeError:
+            st = self._legacy.get(id(cache))
+        return st.cache_id if st is not None else None
+
+    def dev_code(self, device) -> int:
+        code = self._dev_codes.get(device)
+        if code is None:
+            name = str(device)
+            if name == "cuda":
+                name = "cuda:0"
+            if name not in self.devices:
+                self.devices.append(name)
+            code = self._dev_codes[device] = self.devices.index(name)
+        return code
+
+    # -- layer shapes -----------------------------------------------------------------------
+    def _layers(self, cache) -> list:
+        layers = getattr(cache, "layers", None)
+        if layers is not None:
+            return list(layers)
+        if isinstance(cache, (tuple, list)):
+            return list(cache)
+        raise UnsupportedCacheError(f"cannot read a cache of type {_cls_name(cache)}")
+
+    def shapes(self, cache) -> list[LayerShape]:
+        st = self._state(cache)
+        layers = self._layers(cache)
+        if len(st.shapes) != len(layers):
+            st.shapes = [self._shape_of(i, lay) for i, lay in enumerate(layers)]
+            st.readers = [self._reader_for(s) for s in st.shapes]
+        return st.shapes
+
+    def _shape_of(self, i: int, layer) -> LayerShape:
+        ctype = self.config_types[i] if i < len(self.config_types) else "full_attention"
+        config_attention = ATTENTION_OF_LAYER_TYPE.get(ctype, "full")
+        if isinstance(layer, (tuple, list)):
+            return LayerShape(i, "tuple", "full", config_attention, "legacy", None, None)
+        storage = _storage_of(layer)
+        attention = _attention_of(layer, storage, config_attention)
+        window = _window_of(layer, attention, compat.config_window(self.config, ctype))
+        capacity = compat.layer_capacity(layer) if storage not in ("none", "linear") else None
+        if storage == "dynamic" and attention in ("sliding", "chunked") and capacity is None:
+            capacity = window
+        return LayerShape(i, _cls_name(layer), attention, config_attention, storage, window, capacity)
+
+    @staticmethod
+    def _reader_for(shape: LayerShape) -> str:
+        if shape.storage == "legacy":
+            return "legacy"
+        if shape.storage in ("none", "linear"):
+            return "na"
+        if shape.storage == "quantized":
+            return "quant"
+        if shape.storage == "static":
+            return "static"
+        if shape.attention in ("sliding", "chunked"):
+            return "dynslide"
+        return "dyn"
+
+    # -- per-step fast read -----------------------------------------------------------------
+    def lengths(self, cache, q_len: int = 0):
+        """``(seen, stored, device_code, bytes)`` arrays, one entry per layer; no device sync.
+
+        Runs after every forward, right after the model has flushed the CPU caches, so it is kept
+        to few Python operations per layer: lists filled in one loop, converted once.
+        """
+        n = self.n_layers
+        if cache is None:
+            return (np.full(n, NA, dtype=np.int32), np.full(n, NA, dtype=np.int32),
+                    np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.int64))
+        shapes = self.shapes(cache)
+        st = self._state(cache)
+        layers = self._layers(cache)
+        readers = st.readers
+        row_bytes = st.row_bytes
+        codes = self._dev_codes
+        seen = [NA] * n
+        stored = [NA] * n
+        dev = [-1] * n
+        nbytes = [0] * n
+        for i in range(min(n, len(layers))):
+            reader = readers[i]
+            if reader == "na":
+                continue
+            layer = layers[i]
+            if reader == "legacy":
+                k = layer[0]
+                rows = int(k.shape[-2])
+                seen[i] = stored[i] = rows
+                dev[i] = self.dev_code(k.device)
+                nbytes[i] = 2 * k.numel() * k.element_size()
+                continue
+            if reader == "quant":
+                # The data lives in the quantized tensors; ``keys`` is only the unquantized residual.
+                keys, extra = _quant_main(layer)
+                seen[i] = stored[i] = int(getattr(layer, "cumulative_length", 0) or 0)
+                if keys is not None:
+                    dev[i] = self.dev_code(keys.device)
+                nbytes[i] = extra
+                continue
+            keys = layer.keys
+            if keys is None or keys.dim() != 4:
+                rows = 0
+            else:
+                rows = keys.shape[2]
+                d = keys.device
+                code = codes.get(d)
+                dev[i] = code if code is not None else self.dev_code(d)
+                rb = row_bytes.get(i)
+                if rb is None:
+                    shp = keys.shape
+                    rb = row_bytes[i] = 2 * shp[0] * shp[1] * shp[3] * keys.element_size()
+                nbytes[i] = rows * rb
+            if reader == "dyn":
+                seen[i] = stored[i] = rows
+            elif reader == "dynslide":
+                seen[i] = int(getattr(layer, "cumulative_length", rows))
+                stored[i] = rows
+            else:  # static
+                s = seen[i] = self._static_seen(st, i, layer, q_len)
+                cap = shapes[i].capacity
+                stored[i] = min(s, cap if cap is not None else rows)
+        return (np.array(seen, dtype=np.int32), np.array(stored, dtype=np.int32),
+                np.array(dev, dtype=np.int8), np.array(nbytes, dtype=np.int64))
+
+    def _static_seen(self, st: _CacheState, i: int, layer, q_len: int) -> int:
+        cum = getattr(layer, "cumulative_length_int", None)
+        if isinstance(cum, int):
+            return cum
+        cum = getattr(layer, "cumulative_length", None)
+        if isinstance(cum, int):
+            return cum
+        if cum is not None and getattr(cum, "device", None) is not None and cum.device.type == "cpu":
+            return int(cum)
+        # On an accelerator, reading the 0-d counter would sync: advance our own instead.
+        # 4.56's StaticLayer has no counter at all (it counts non-zero rows).
+        est = st.est_seen.get(i, 0) + int(q_len)
+        st.est_seen[i] = est
+        return est
+
+    def resync(self, cache) -> None:
+        """Re-read exact counters (may sync); call at turn boundaries and after crops."""
+        if cache is None:
+            return
+        st = self._state(cache)
+        for i, layer in enumerate(self._layers(cache)):
+            if i in st.est_seen or _storage_of(layer) == "static":
+                st.est_seen[i] = _exact_seen(layer)
+
+    # -- full snapshot ----------------------------------------------------------------------
+    def snapshot(self, cache) -> CacheSnapshot:
+        """Everything about ``cache`` including held bytes; may sync (end of turn only)."""
+        if cache is None:
+            return CacheSnapshot(0, "None", False, [])
+        cache_id, _ = self.identify(cache)
+        shapes = self.shapes(cache)
+        self.resync(cache)
+        layers = self._layers(cache)
+        out = []
+        for shape, layer in zip(shapes, layers):
+            tensors = _tensors_of(layer)
+            logical = sum(t.numel() * t.element_size() for t in tensors)
+            held = _held_bytes(tensors)
+            main = _main_tensor(layer, tensors)
+            device = str(main.device) if main is not None else "-"
+            if device == "cuda":
+                device = "cuda:0"
+            home = str(getattr(layer, "device", None) or device) if not isinstance(layer, tuple) else device
+            dtype = str(main.dtype).removeprefix("torch.") if main is not None else "-"
+            if shape.storage in ("none", "linear"):
+                seen = stored = None
+            else:
+                seen = _exact_seen(layer)
+                if shape.storage == "static":
+                    stored = min(seen, shape.capacity or seen)
+                elif shape.storage == "quantized":
+                    stored = seen
+                else:
+                    k = layer[0] if isinstance(layer, tuple) else layer.keys
+                    stored = int(k.shape[-2]) if k is not None and k.dim() == 4 else 0
+            out.append(
+                LayerSnapshot(
+                    index=shape.index, kind=shape.kind, attention=shape.attention,
+                    config_attention=shape.config_attention, storage=shape.storage, cls=shape.cls,
+                    seen=seen, stored=stored, capacity=shape.capacity, window=shape.window,
+                    device=device, home_device=home, dtype=dtype, bytes=int(logical), held_bytes=int(held),
+                )
+            )
+        return CacheSnapshot(
+            cache_id=cache_id,
+            cache_class=_cls_name(cache),
+            offloading=bool(getattr(cache, "offloading", False)),
+            layers=out,
+        )
+
+
+def _exact_seen(layer) -> int:
+    if isinstance(layer, tuple):
+        return int(layer[0].shape[-2])
+    for attr in ("cumulative_length_int", "cumulative_length"):
+        v = getattr(layer, attr, None)
+        if v is not None and not callable(v):
+            return int(v)
+    keys = getattr(layer, "keys", None)
+    if _cls_name(layer) == "StaticLayer" and keys is not None and keys.dim() == 4:
+        return int(layer.get_seq_length())  # 4.56: counts non-zero rows
+    if keys is None or keys.dim() != 4:
+        return 0
+    return int(keys.shape[-2])
+
+
+def _tensors_of(layer) -> list:
+    import torch
+
+    if isinstance(layer, tuple):
+        return [t for t in layer if isinstance(t, torch.Tensor)]
+    found: list = []
+    seen_ids: set[int] = set()
+
+    def visit(obj, depth: int) -> None:
+        if isinstance(obj, torch.Tensor):
+            # 0-d integer tensors are bookkeeping (5.x sliding layers keep ``_sliding_window_tensor``),
+            # not K/V data; 0-d float ones are kept (fp8 scales belong to the quantized payload).
+            if obj.dim() == 0 and not obj.is_floating_point():
+                return
+            if id(obj) not in seen_ids:
+                seen_ids.add(id(obj))
+                found.append(obj)
+        elif depth < 3 and isinstance(obj, (tuple, list)):
+            for o in obj:
+                visit(o, depth + 1)
+        elif depth < 3 and isinstance(obj, dict):
+            for o in obj.values():
+                visit(o, depth + 1)
+        elif depth < 2 and hasattr(obj, "__dict__") and type(obj).__module__.startswith("optimum"):
+            for o in vars(obj).values():
+                visit(o, depth + 1)
+
+    for name, val in vars(layer).items():
+        if name.startswith("cumulative_length") or name.endswith("cumulative_length"):
+            continue
+        visit(val, 0)
+    return found
+
+
+def _quant_main(layer):
+    """``(tensor for the device, K/V bytes)`` of a quantized layer, from shapes only (no sync).
+
+    fp8 keeps ``(data, scale)`` tuples in ``_quantized_keys/_values``; quanto/hqq keep their own
+    objects there, whose bytes only the end-of-turn walk can count: the residual is used then.
+    """
+    total = 0
+    main = None
+    for name in ("_quantized_keys", "_quantized_values", "keys", "values"):
+        t = getattr(layer, name, None)
+        if isinstance(t, (tuple, list)) and t:
+            t = t[0]
+        if t is None or not hasattr(t, "element_size") or not hasattr(t, "numel"):
+            continue
+        try:
+            total += t.numel() * t.element_size()
+        except (RuntimeError, TypeError):
+            continue
+        if main is None and t.dim() == 4:
+            main = t
+    return main, total
+
+
+def _held_bytes(tensors) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            total += t.numel() * t.element_size()
+            continue
+        ptr = st.data_ptr()
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        total += st.nbytes()
+    return total
+
+
+def _main_tensor(layer, tensors):
+    k = layer[0] if isinstance(layer, tuple) else getattr(layer, "keys", None)
+    if k is not None and hasattr(k, "device") and k.numel() > 0:
+        return k
+    for t in tensors:
+        if t.numel() > 0:
+            return t
+    return k if k is not None else None

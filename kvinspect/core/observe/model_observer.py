@@ -1,0 +1,374 @@
+"""Observe one model the user already holds: per-step series, turns, token checks, a live trace.
+
+:class:`ModelObserver` adds two hooks to the model and nothing else: a forward pre-hook that
+decides which turn a forward belongs to (see :mod:`.turns`), and the
+:class:`~kvinspect.core.cache.observer.StepObserver` forward hook that records per-layer lengths,
+memory and the input ids (and, called even when a forward raises, the failure). At the end of a
+turn it replays the ids through the :class:`~kvinspect.core.detect.token_book.TokenBook` and
+hands the turn to the :class:`~kvinspect.core.session.pipeline.TurnPipeline`, the same one
+``kvinspect run`` uses. Nothing here ever raises into the user's code: an internal error stops
+the observation and is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from kvinspect.core import compat
+from kvinspect.core.cache.memory import MemorySampler
+from kvinspect.core.cache.observer import StepObserver, StepSample
+from kvinspect.core.cache.probe import CacheProbe
+from kvinspect.core.detect.detectors import TurnContext
+from kvinspect.core.detect.events import CACHE_RECREATED
+from kvinspect.core.detect.token_book import UNKNOWN, Fed, TokenBook, continues, detect_observed, impl_of, seen_before
+from kvinspect.core.errors import exc_line
+from kvinspect.core.observe.header import device_label, observed_header
+from kvinspect.core.observe.ids import own_ids
+from kvinspect.core.observe.ids import rows as rows_of
+from kvinspect.core.observe.turns import (
+    OpenTurn,
+    find_tokenizer,
+    forward_codes,
+    frame_running,
+    generate_codes,
+    generate_result_ids,
+    generate_settings,
+    manual_boundary,
+    outermost_frame,
+    user_location,
+)
+from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
+from kvinspect.core.trace.record import TraceRecord, TurnRecord
+from kvinspect.core.trace.stream import Sink
+from kvinspect.core.trace.tracefile import TraceWriter
+
+log = logging.getLogger(__name__)
+
+
+class _GuardedStepObserver(StepObserver):
+    """The step observer, with its hook fenced off: an error stops observing, never the user's forward."""
+
+    def __init__(self, *args, on_error, on_raise, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._on_error = on_error
+        self._on_raise = on_raise
+
+    def attach(self) -> _GuardedStepObserver:
+        if self._handle is None:
+            # always_call: torch runs the hook from its except block when the forward raises (output None).
+            self._handle = self.model.register_forward_hook(self._safe_hook, with_kwargs=True, always_call=True)
+        return self
+
+    def _safe_hook(self, module, args, kwargs, output):
+        try:
+            if output is None:
+                exc = sys.exc_info()[1]
+                if exc is not None:
+                    self._on_raise(exc, compat.cache_from_call(kwargs, None))
+                    return None
+            self._hook(module, args, kwargs, output)
+        except Exception as exc:  # noqa: BLE001 - never break the observed program
+            self._on_error(exc)
+        return None
+
+
+@dataclass
+class _PrevTurn:
+    cache_id: int
+    held: list[int]
+    prompt_len: int
+
+
+class ModelObserver:
+    """Records every forward pass of ``model`` into a :class:`TraceRecord` (and a trace file)."""
+
+    def __init__(self, model, *, tokenizer=None, trace_path=None, mode: str = "api",
+                 command: list[str] | None = None, flush_every_s: float = 0.5,
+                 on_event=None, on_turn=None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.lock = threading.RLock()
+        self.probe = CacheProbe(model.config)
+        device = device_label(model)
+        self.memory = MemorySampler(device)
+        self.record = TraceRecord(self.probe.n_layers, observed_header(model, device, self.memory, mode, command))
+        self.writer = TraceWriter(trace_path) if trace_path else None
+        sinks: list[Sink] = [self.writer] if self.writer is not None else []
+        if on_event is not None or on_turn is not None:
+            sinks.append(callback_sink(on_event=on_event, on_turn=on_turn))
+        self.pipeline = TurnPipeline(self.record, self.probe, self.memory, sinks, flush_every_s=flush_every_s,
+                                     max_positions=compat.max_positions(model.config))
+        self.steps = _GuardedStepObserver(model, self.probe, self._on_sample, self.memory, keep_input_ids=True,
+                                          on_error=self._fail, on_raise=self._forward_raised)
+        self.book = TokenBook()
+        self.turn: OpenTurn | None = None
+        self.errors: list[str] = []
+        self.enabled = True
+        self.finished = False
+        self._gen_codes = generate_codes(type(model))
+        self.forward_codes = forward_codes(type(model))
+        self._pending_label: str | None = None
+        self._prev: _PrevTurn | None = None
+        self._pre_handle = None
+        self.time_in_pre_hook = 0.0
+        self._tokenizer_searches = 0
+
+    # -- hooks ------------------------------------------------------------------------------------
+    def attach(self, pre_hook: bool = True) -> ModelObserver:
+        """Add the hooks. ``pre_hook=False``: the caller calls :meth:`before_forward` itself."""
+        if pre_hook and self._pre_handle is None:
+            self._pre_handle = self.model.register_forward_pre_hook(self._pre_hook, with_kwargs=True)
+        self.steps.attach()
+        return self
+
+    def detach(self) -> None:
+        if self._pre_handle is not None:
+            self._pre_handle.remove()
+            self._pre_handle = None
+        self.steps.detach()
+
+    def _pre_hook(self, module, args, kwargs):
+        self.before_forward(args, kwargs)
+        return None
+
+    def _fail(self, exc: BaseException) -> None:
+        msg = exc_line(exc)
+        self.errors.append(msg)
+        self.enabled = False
+        self.steps.enabled = False
+        log.warning("kvinspect stopped observing %s after an internal error: %s", type(self.model).__name__, msg)
+        log.debug("observer error", exc_info=exc)
+
+    def before_forward(self, args, kwargs) -> None:
+        """Turn bookkeeping before a forward pass runs; never raises."""
+        if not self.enabled:
+            return
+        t0 = time.perf_counter()
+        try:
+            self._before_forward(args, kwargs, t0)
+        except Exception as exc:  # noqa: BLE001 - never break the observed program
+            self._fail(exc)
+        self.time_in_pre_hook += time.perf_counter() - t0
+
+    def _before_forward(self, args, kwargs, t0: float) -> None:
+        frame = outermost_frame(self._gen_codes, depth=3)
+        with self.lock:
+            cur = self.turn
+            label, self._pending_label = self._pending_label, None
+            if frame is not None:
+                if label is None and cur is not None and cur.gen_frame is frame:
+                    return
+                self._close_locked()
+                self._open_locked("generate", t0, frame, label)
+                return
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            if label is None:
+                q = kwargs.get("input_ids")
+                if q is None:
+                    q = args[0] if args else kwargs.get("inputs_embeds")
+                q_len = int(q.shape[1]) if q is not None and hasattr(q, "dim") and q.dim() >= 2 else 0
+                cache_id = self.probe.known_id(cache) if cache is not None else 0
+                if cur is not None and not manual_boundary(cur, cache_id, cache is not None, q_len):
+                    cur.last_passed = cache is not None
+                    return
+            self._close_locked()
+            self._open_locked("forward", t0, None, label).last_passed = cache is not None
+
+    def _on_sample(self, s: StepSample) -> None:
+        with self.lock:
+            if not self.enabled:
+                return
+            turn = self.turn
+            if turn is None:  # a forward whose pre-hook we did not see (attached mid-call)
+                turn = self._open_locked("forward", s.t, None, None)
+            if s.cache is not None:
+                turn.cache = s.cache
+            s.input_ids = own_ids(s.input_ids)
+            if turn.t_first is None:
+                turn.t_first = s.t
+            turn.t_last = s.t
+            self.pipeline.step(s)
+
+    def _forward_raised(self, exc: BaseException, cache) -> None:
+        """A forward of the open turn raised (a full static cache, out of memory): the turn failed."""
+        with self.lock:
+            turn = self.turn
+            if self.enabled and turn is not None and turn.failure is None:
+                turn.failure = Failure.of(exc)
+                if turn.cache is None:
+                    turn.cache = cache  # measured once at the end: what the cache held when it failed
+
+    # -- turns ------------------------------------------------------------------------------------
+    def mark(self, label: str) -> None:
+        """Close the current turn; the next forward opens one called ``label`` that the user's loop owns."""
+        with self.lock:
+            self._close_locked()
+            self._pending_label = str(label)
+
+    def _open_locked(self, kind: str, t0: float, frame, label: str | None) -> OpenTurn:
+        index = len(self.record.turns)
+        caller = frame.f_back if frame is not None else sys._getframe(1)
+        where = user_location(caller)
+        if self.tokenizer is None and self._tokenizer_searches < 3:
+            # None was given: look for the one the user's code holds (to quote texts in messages).
+            self._tokenizer_searches += 1
+            vocab = getattr(compat.text_config(self.model.config), "vocab_size", None)
+            self.tokenizer = find_tokenizer(caller, vocab)
+        full_ids, settings = generate_settings(frame) if frame is not None else (None, {})
+        marked = label is not None
+        if label is None:
+            label = f"generate() at {where}" if kind == "generate" else f"model() at {where}"
+        settings = {**settings, "where": where}
+        tr = TurnRecord(index=index, user=label, policy="observed", cache_impl="",
+                        first_step=self.record.n_steps, settings=settings)
+        turn = OpenTurn(record=tr, kind=kind, marked=marked, thread_id=threading.get_ident(), t_start=t0,
+                        gen_frame=frame, full_ids=own_ids(full_ids))
+        self.turn = turn
+        self.pipeline.begin(tr)
+        turn.samples = self.pipeline.samples  # one list: the boundary rules read what the pipeline keeps
+        return turn
+
+    def settle(self) -> None:
+        """Close a ``generate()`` turn whose call has returned (from any thread)."""
+        with self.lock:
+            t = self.turn
+            if (t is not None and t.kind == "generate" and t.gen_frame is not None
+                    and not frame_running(t.gen_frame, t.thread_id)):
+                self._close_locked()
+
+    def tick(self) -> None:
+        """Called by the live ticker: close finished generate() turns, flush steps for followers."""
+        if not self.lock.acquire(blocking=False):
+            return  # the observed thread is in a hook right now; next tick
+        try:
+            if not self.enabled:
+                return
+            self.settle()
+            if self.writer is not None and not self.writer.closed:
+                self.pipeline.flush()
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+        finally:
+            self.lock.release()
+
+    def _close_locked(self, status: str = "ok", error: str = "") -> None:
+        turn = self.turn
+        if turn is None:
+            return
+        self.turn = None
+        try:
+            self._finish_turn(turn, status, error)
+        finally:
+            turn.gen_frame = None
+            turn.full_ids = None
+            turn.cache = None
+            turn.samples = []
+
+    def _finish_turn(self, turn: OpenTurn, status: str, error: str) -> None:
+        rec = turn.record
+        samples = turn.samples
+        result = None
+        if (turn.kind == "generate" and status == "ok" and turn.failure is None and turn.gen_frame is not None
+                and not frame_running(turn.gen_frame, turn.thread_id)):
+            result = generate_result_ids(turn.gen_frame)
+        rows = rows_of([s.input_ids for s in samples] + [turn.full_ids, result])
+        full_prompt, result_row = rows[-2], rows[-1]
+        generated = None
+        if full_prompt is not None and result_row is not None and result_row[:len(full_prompt)] == full_prompt:
+            generated = result_row[len(full_prompt):]
+        fed = [Fed(step=rec.first_step + i, cache_id=s.cache_id, q_len=s.q_len, use_cache=s.use_cache,
+                   before=seen_before(s), ids=rows[i]) for i, s in enumerate(samples)]
+        tt = self.book.analyse(fed, full_prompt, generated)
+        snap = None
+        if turn.cache is not None:
+            try:
+                snap = self.probe.snapshot(turn.cache)
+            except Exception:  # noqa: BLE001 - a cache broken by a failed forward is simply not shown
+                if turn.failure is None:
+                    raise
+                log.debug("could not measure the cache of the failed turn", exc_info=True)
+        cache_ids = [s.cache_id for s in samples if s.cache_id]
+        prev = self._prev
+        if not (cache_ids and prev is not None and continues(tt.prompt, prev.held, prev.prompt_len)):
+            prev = None  # this turn does not continue the previous one's cache
+        decode = self._decoder()
+        ctx = TurnContext(turn_index=rec.index, policy="observed", cache_impl=impl_of(snap),
+                          cached_before=tt.held_before, prompt=tt.prompt,
+                          prev_cache_id=prev.cache_id if prev is not None else None,
+                          cached_ids_before=list(prev.held) if prev is not None else [], reused=tt.reused,
+                          decode=decode)
+        if tt.cropped_from is not None and tt.cropped_to:
+            ctx.cropped_from, ctx.cropped_to = tt.cropped_from, tt.cropped_to
+        if status != "ok" and turn.failure is None:
+            rec.status, rec.error = status, error
+        rec.cache_impl = ctx.cache_impl
+        rec.prompt_ids = tt.prompt
+        reply = [t for t in tt.new_ids if t != UNKNOWN]
+        rec.reply = decode(reply) if decode is not None and reply else ""
+        rec.divergence_at = tt.divergence[2] if tt.divergence else None
+        rec.cropped_from = tt.cropped_from
+
+        def detect(c: TurnContext, record: TraceRecord):
+            events = detect_observed(c, record, tt, decode)
+            if turn.marked:
+                # The user grouped these forwards: several cache objects in one marked turn are theirs to have.
+                events = [e for e in events if not (e.kind == CACHE_RECREATED and "cache_ids" in e.data)]
+            return events
+
+        t_end = turn.t_last if turn.t_last is not None else turn.t_start
+        self.pipeline.finish(rec, ctx, new_ids=tt.new_ids, snapshot=snap, t_start=turn.t_start, t_first=turn.t_first,
+                             t_end=t_end, detect=detect, failure=turn.failure)
+        if cache_ids:
+            self._prev = _PrevTurn(cache_ids[-1], self.book.snapshot(cache_ids[-1]), len(tt.prompt))
+
+    def _decoder(self):
+        tok = self.tokenizer
+        if tok is None or not hasattr(tok, "decode"):
+            return None
+
+        def decode(ids):
+            try:
+                return tok.decode(ids, skip_special_tokens=False)
+            except Exception:  # noqa: BLE001 - a foreign tokenizer may refuse odd ids
+                return ""
+
+        return decode
+
+    # -- the end ----------------------------------------------------------------------------------
+    def finish(self, status: str = "ok", error: str = "", notes: dict | None = None) -> None:
+        """Close the open turn with ``status``, add ``notes`` and close the trace file. Idempotent."""
+        with self.lock:
+            if self.finished:
+                return
+            self.finished = True
+            try:
+                if self.enabled:
+                    self._close_locked(status, error)
+            except Exception as exc:  # noqa: BLE001
+                self._fail(exc)
+            self.enabled = False
+            self.steps.enabled = False
+            for key, value in (notes or {}).items():
+                self.pipeline.note(key, value)
+            if self.errors:
+                self.pipeline.note("observer_errors", list(self.errors))
+            self.pipeline.close()
+
+    def forget_outputs(self) -> None:
+        """Write nowhere any more (a forked child shares the parent's open trace file)."""
+        self.pipeline.stream.sinks.clear()
+        self.writer = None
+
+    def turn_hit_by(self, tb) -> bool:
+        """Whether traceback ``tb`` passes through the open turn's generate() or the model's forward."""
+        t = self.turn
+        while tb is not None:
+            f = tb.tb_frame
+            if (t is not None and f is t.gen_frame) or f.f_code in self.forward_codes:
+                return True
+            tb = tb.tb_next
+        return False

@@ -1,0 +1,212 @@
+"""The turn pipeline: one object owns a turn from its first forward to its ``turn`` line.
+
+Both loops feed it: :class:`~.chat.ChatSession` (kvinspect's own chat loop) and
+:class:`~kvinspect.core.observe.model_observer.ModelObserver` (the user's loop). Each says when a
+turn begins, hands over every forward's :class:`~kvinspect.core.cache.observer.StepSample`, and at
+the end what only it knows (the prompt it rendered or recovered, the tokens generated, the cache
+object, an exception). The pipeline does the rest once: step rows, timing, the end-of-turn
+snapshot's fields, the detectors, ``turn_failed``, the checklist, and the messages of the
+:class:`~kvinspect.core.trace.stream.Stream` (record, trace file, engine pipe, callbacks).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kvinspect.core.cache.memory import MemorySampler
+from kvinspect.core.cache.observer import StepSample
+from kvinspect.core.cache.probe import CacheProbe
+from kvinspect.core.detect.detectors import TurnContext, turn_checklist
+from kvinspect.core.detect.events import TURN_FAILED, Event
+from kvinspect.core.errors import first_line
+from kvinspect.core.trace.messages import EventMsg, Message, Note, Token, Turn
+from kvinspect.core.trace.record import TraceRecord, TurnRecord
+from kvinspect.core.trace.stream import Sink, Stream
+
+Detector = Callable[[TurnContext, TraceRecord], list[Event]]
+
+
+def callback_sink(on_event: Callable[[Event], None] | None = None,
+                  on_turn: Callable[[TurnRecord], None] | None = None,
+                  on_token: Callable[[str], None] | None = None) -> Sink:
+    """A sink that calls the given callbacks for events, finished turns and reply text."""
+
+    def sink(msg: Message) -> None:
+        if on_event is not None and isinstance(msg, EventMsg):
+            on_event(msg.event)
+        elif on_turn is not None and isinstance(msg, Turn):
+            on_turn(msg.turn)
+        elif on_token is not None and isinstance(msg, Token):
+            on_token(msg.text)
+
+    return sink
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a turn failed with: an exception's type name and first line (the exception itself is not
+    kept: its traceback would hold the user's frames and tensors alive)."""
+
+    type_name: str
+    line: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Failure:
+        return cls(type(exc).__name__, first_line(exc))
+
+    def __str__(self) -> str:
+        return f"{self.type_name}: {self.line}" if self.line != self.type_name else self.type_name
+
+
+def failure_text(failure: Failure, *, prompt_tokens: int, max_new_tokens: int | None,
+                 snapshot: Any = None, held: int | None = None, forwards: int = 0) -> str:
+    """One line for a failed turn: the exception's type and first line, with the cause when the numbers show it.
+
+    ``held``: what the cache handed to the call already held (None: unknown). The same words for
+    the same failure, whichever loop ran it.
+    """
+    text, name = failure.line, failure.type_name
+    capacity = static_capacity(snapshot)
+    if capacity is not None and max_new_tokens:
+        need = prompt_tokens + max_new_tokens - 1
+        if need > capacity:
+            return (f"static cache overflow: this turn needs up to {need} cache rows but max_cache_len is "
+                    f"{capacity} ({name}: {text[:120]})")
+    if "cache_implementation" in text:
+        return f"generation_config collision: {text[:200]}"
+    if held is not None and held >= prompt_tokens and not forwards:
+        # Failed before its first forward: generate() slices the cached length off the prompt and
+        # nothing was left to feed (a cache that swallowed whole sequences, use_cache=False).
+        return (f"the cache passed in already held {held} tokens, not fewer than this turn's {prompt_tokens}-token "
+                f"prompt, so generate() had nothing left to feed ({name}: {text[:120]})")
+    return str(failure)[:300 + len(name) + 2]
+
+
+def static_capacity(snapshot: Any) -> int | None:
+    """The largest fixed capacity among the snapshot's static layers (max_cache_len), None if none."""
+    if snapshot is None:
+        return None
+    caps = [lay.capacity for lay in snapshot.layers if lay.storage == "static" and lay.capacity]
+    return max(caps) if caps else None
+
+
+class TurnPipeline:
+    """Step rows, timing, snapshot fields, detectors, checklist and messages of one session's turns."""
+
+    def __init__(self, record: TraceRecord, probe: CacheProbe, memory: MemorySampler,
+                 sinks: Iterable[Sink] = (), *, flush_every_s: float = 0.5, max_positions: int | None = None):
+        self.record = record
+        self.probe = probe
+        self.memory = memory
+        self.stream = Stream(record, sinks)
+        self.max_positions = max_positions
+        self.turn: TurnRecord | None = None
+        self.samples: list[StepSample] = []
+        self._flush_every = flush_every_s
+        self._last_flush = time.perf_counter()
+
+    # -- during a turn ------------------------------------------------------------------------------
+    def begin(self, turn: TurnRecord) -> None:
+        self.turn = turn
+        self.samples = []
+        self.memory.reset_peak()
+        self.stream.turn_started(turn)
+
+    def step(self, s: StepSample) -> int:
+        """One forward of the open turn: its row goes to the record now, to the other sinks in blocks."""
+        turn = self.turn
+        assert turn is not None, "a step outside a turn"
+        self.stream.devices(self.probe.devices)
+        step = self.record.append_step(
+            turn=turn.index, t=s.t, cache_id=s.cache_id, q_len=s.q_len, use_cache=s.use_cache,
+            seen=s.seen, stored=s.stored, dev=s.dev, nbytes=s.nbytes,
+            rss=s.rss, accel_allocated=s.accel_allocated, accel_reserved=s.accel_reserved,
+        )
+        s.cache = None  # samples never keep a cache alive
+        self.samples.append(s)
+        if s.t - self._last_flush >= self._flush_every:
+            self.flush()
+        return step
+
+    def token(self, text: str) -> None:
+        if self.turn is not None and text:
+            self.stream.emit(Token(self.turn.index, text))
+
+    def flush(self) -> None:
+        self.stream.flush_steps()
+        self._last_flush = time.perf_counter()
+
+    # -- the end of a turn ----------------------------------------------------------------------------
+    def finish(self, turn: TurnRecord, ctx: TurnContext, *, new_ids: list[int], snapshot: Any,
+               t_start: float, t_first: float | None, t_end: float, detect: Detector,
+               failure: Failure | None = None, held: int | None = None,
+               extra_events: Callable[[TurnRecord], list[Event]] | None = None) -> list[Event]:
+        """Close ``turn``: fill its numbers, run ``detect`` and the checklist, emit its events and its line.
+
+        ``failure``: the turn failed (its status becomes ``failed`` and its error :func:`failure_text`). ``turn.status`` may already say ``stopped``, ``failed`` or
+        ``interrupted`` (with ``turn.error``). ``extra_events(turn)`` adds the feeder's own events.
+        """
+        samples = self.samples
+        rec = self.record
+        if failure is not None:
+            turn.status = "failed"
+            turn.error = failure_text(failure, prompt_tokens=len(ctx.prompt),
+                                      max_new_tokens=turn.settings.get("max_new_tokens"),
+                                      snapshot=snapshot, held=held, forwards=len(samples))
+        elif turn.status == "running":
+            turn.status = "ok"
+        turn.new_tokens = len(new_ids)
+        turn.total_s = t_end - t_start
+        if t_first is not None:
+            turn.ttft_s = t_first - t_start
+            decode_s = t_end - t_first
+            if turn.new_tokens > 1 and decode_s > 0:
+                turn.tokens_per_s = (turn.new_tokens - 1) / decode_s
+        turn.prompt_tokens = len(ctx.prompt)
+        turn.reused_tokens = ctx.reused if turn.status != "failed" else 0
+        turn.prefill_tokens = samples[0].q_len if samples else 0
+        turn.end_step = rec.n_steps
+        turn.peak_rss = max((s.rss for s in samples), default=0) or self.memory.rss_now()
+        turn.peak_accel_bytes = max(self.memory.peak(), max((s.accel_allocated for s in samples), default=0))
+        cache_ids = [s.cache_id for s in samples if s.cache_id]
+        turn.cache_id = cache_ids[-1] if cache_ids else (snapshot.cache_id if snapshot is not None else 0)
+        turn.cache_class = snapshot.cache_class if snapshot is not None else "None"
+        if snapshot is not None:
+            turn.layers = [lay.to_dict() for lay in snapshot.layers]
+            turn.kv_bytes = snapshot.bytes
+            turn.kv_held_bytes = snapshot.held_bytes
+            turn.kv_bytes_by_device = snapshot.bytes_by_device()
+
+        ctx.samples = samples
+        ctx.snapshot = snapshot
+        ctx.new_ids = new_ids
+        ctx.model_layers = rec.header.get("layers", [])
+        ctx.first_step = turn.first_step
+        ctx.status = turn.status
+        ctx.error = turn.error
+        if ctx.max_positions is None:
+            ctx.max_positions = self.max_positions
+        events = detect(ctx, rec)
+        if extra_events is not None:
+            events += extra_events(turn)
+        if turn.status in ("failed", "interrupted"):
+            events.append(Event(TURN_FAILED, "error", turn.index, turn.first_step,
+                                turn.error or f"the turn ended {turn.status}",
+                                "Fix the cause above; the trace keeps every earlier turn and every forward pass "
+                                "made before the failure."))
+        for ev in events:
+            self.stream.emit(EventMsg(ev))
+        turn.checklist = turn_checklist(ctx, events)
+        self.stream.turn_finished(turn)
+        self.turn = None
+        self.samples = []
+        return events
+
+    def note(self, key: str, value: Any) -> None:
+        self.stream.emit(Note(key, value))
+
+    def close(self) -> None:
+        self.stream.close()
