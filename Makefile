@@ -55,9 +55,13 @@ screenshot: fetch
 	QT_QPA_PLATFORM=offscreen $(VENV)/bin/kvinspect gui --model tiny-gemma3 --script resources/scripts/demo.json \
 		--screenshot artifacts/window.png --exit-when-done
 
-bench: setup
+# Figures, not assertions (README: Tests and CI). The last three need SmolLM2 and Xvfb (apt-get install xvfb).
+bench: fetch
 	$(PY) benchmarks/observer_overhead.py
 	$(PY) benchmarks/trace_size.py
+	$(PY) benchmarks/window_vs_cli.py
+	$(PY) benchmarks/heartbeat.py
+	$(PY) benchmarks/engine_start.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info

@@ -92,22 +92,19 @@ def one_run(loaded, ids, new_tokens: int, device: str, observer=None) -> dict:
 
 
 def make_observer(loaded, device: str):
-    """The observer exactly as ChatSession wires it: probe + memory sampler + record append."""
+    """The observer exactly as ChatSession wires it: probe + memory sampler + the turn pipeline's step."""
     from kvinspect.core.cache.memory import MemorySampler
     from kvinspect.core.cache.observer import StepObserver
     from kvinspect.core.cache.probe import CacheProbe
-    from kvinspect.core.trace.record import TraceRecord
+    from kvinspect.core.session.pipeline import TurnPipeline
+    from kvinspect.core.trace.record import TraceRecord, TurnRecord
 
     probe = CacheProbe(loaded.model.config)
     record = TraceRecord(probe.n_layers)
-
-    def sink(s):
-        record.set_devices(probe.devices)
-        record.append_step(turn=0, t=s.t, cache_id=s.cache_id, q_len=s.q_len, use_cache=s.use_cache, seen=s.seen,
-                           stored=s.stored, dev=s.dev, nbytes=s.nbytes, rss=s.rss,
-                           accel_allocated=s.accel_allocated, accel_reserved=s.accel_reserved)
-
-    return StepObserver(loaded.model, probe, sink, MemorySampler(device, rss_every_s=0.25)), record
+    memory = MemorySampler(device, rss_every_s=0.25)
+    pipeline = TurnPipeline(record, probe, memory)
+    pipeline.begin(TurnRecord(index=0))
+    return StepObserver(loaded.model, probe, pipeline.step, memory), record
 
 
 def bench_device(spec: str, device: str, runs: int, new_tokens: int) -> dict:

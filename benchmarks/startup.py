@@ -4,8 +4,8 @@ Each run starts a fresh ``python -m kvinspect`` (bare, as the desktop launcher d
 ``KVINSPECT_QUIT_AFTER=0``: the app prints ``kvinspect: window shown`` from the event loop
 once the window has been shown, then quits. The clock runs from ``Popen`` to that line, so it
 includes the interpreter, every import, the QApplication, the window and the model picker.
-torch and transformers must not be among the imports (the worker imports them on the first
-load); the script checks that too, with ``-X importtime``.
+torch and transformers must not be among the imports (only the engine, the model's own
+process, imports them); the script checks that too, with ``-X importtime``.
 
 The baseline, in the same process and interleaved run by run, is ``python -c "import torch,
 transformers"``: what the window would cost on top if it imported them at startup.

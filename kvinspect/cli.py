@@ -2,7 +2,10 @@
 
 Each subcommand lives in :mod:`kvinspect.commands` as a module with ``add_parser(sub)``
 and ``main(args, argv) -> int``. With no subcommand the window opens. A user's mistake
-(bad spec, bad file, bad flag) prints one line on stderr and exits 2, never a traceback.
+(bad spec, bad file, bad flag) prints one line on stderr and exits 2, never a traceback. A
+fault of the machine (out of memory, a full disk or an I/O error while writing) prints one
+line and exits 1, like a turn that failed. (``kvinspect trace`` exits with its program's code,
+and 126/127 when the program cannot be started.)
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ import logging
 import os
 import sys
 
-from .core.errors import KvInspectError
+from .core.errors import KvInspectError, runtime_fault
 
+EXIT_FAULT = 1
 EXIT_USAGE = 2
 
 #: Subcommand modules under kvinspect.commands, in the order --help lists them.
-COMMANDS = ("run", "report", "view", "compare", "trace", "models", "gui")
+COMMANDS = ("run", "report", "view", "compare", "trace", "models", "gui", "engine")
 
 
 #: Environment variables kvinspect sets for its own process only (not for a traced program).
@@ -78,16 +82,33 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[args.command](args, argv) or 0
     except KvInspectError as exc:
         print(f"kvinspect: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
+        return exc.exit_code  # 2 for the user's mistakes; RuntimeFault and the trace command's own say otherwise
+    except (MemoryError, RuntimeError, OSError) as exc:
+        fault = runtime_fault(exc)  # out of memory, disk full, an I/O error: the machine's, not the user's
+        if fault is not None:
+            print(f"kvinspect: error: {fault}", file=sys.stderr)
+            return EXIT_FAULT
+        if not isinstance(exc, OSError):
+            raise  # any other RuntimeError is a bug: its traceback helps
         # A path the user gave that cannot be read or written (commands check the usual cases
-        # up front; this is the net for the rest, e.g. a disk that fills up mid-run).
+        # up front; this is the net for the rest).
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"kvinspect: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kvinspect: interrupted", file=sys.stderr)
         return 130
+
+
+def gui_main() -> int:
+    """The ``kvinspect-gui`` launcher (pyproject's gui-scripts): ``kvinspect gui ARGS``.
+
+    ``APP engine`` is the window's own engine child when the app is one executable (a PyInstaller
+    bundle: :func:`kvinspect.engine.launch.engine_command`).
+    """
+    if sys.argv[1:2] == ["engine"]:
+        return main(sys.argv[1:])
+    return main(["gui", *sys.argv[1:]])
 
 
 def quiet_libraries() -> None:

@@ -11,6 +11,10 @@ def add_parser(sub) -> None:
     p.add_argument("--script", default=None, metavar="FILE", help="run this chat script in the window")
     p.add_argument("--screenshot", default=None, metavar="PNG", help="save a window screenshot when the script is done")
     p.add_argument("--exit-when-done", action="store_true", help="quit after the script (and the screenshot)")
+    p.add_argument("--ssh", default=None, metavar="HOST", help="run the model on HOST: `ssh HOST PYTHON -m kvinspect "
+                   "engine` with your ssh config and keys (KVINSPECT_SSH_COMMAND changes the ssh command)")
+    p.add_argument("--ssh-python", default=None, metavar="PYTHON",
+                   help="with --ssh: the host's python that has kvinspect (default python3)")
     add_session_args(p)
 
 

@@ -1,11 +1,15 @@
 """Bootstrap: make the QApplication, build the main window, run it.
 
-Only Qt, pyqtgraph and the light parts of the core are imported here; torch and
-transformers are imported by the worker thread when the first model loads, so the window
-is on screen in well under two seconds (``benchmarks/startup.py``).
+Only Qt, pyqtgraph and the light parts of the core are imported here. torch and transformers
+are never imported by the window's process: the model runs in an engine child
+(:mod:`kvinspect.engine`), so the window is on screen in well under two seconds
+(``benchmarks/startup.py``) and a crash of the model leaves it up.
 
 ``KVINSPECT_QUIT_AFTER=MS`` prints ``kvinspect: window shown`` once the window is on screen
 and quits MS milliseconds later (startup benchmark, bundle smoke tests).
+``KVINSPECT_MODULES_REPORT=FILE`` makes ``kvinspect gui`` write, as it exits, which modules its own
+process had imported (JSON: ``torch``, ``transformers``, ``modules``); the test that the window stays
+torch-free while it chats reads it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 from PySide6 import QtCore, QtWidgets  # noqa: I001
 
 from .. import __version__
+from ..core.paths import ephemeral
 from . import gc_policy
 from .resources import app_icon
 
@@ -26,12 +31,9 @@ def create(exec_app: bool = False, settings=None, session_options=None, persist:
     """Make (or reuse) the QApplication and a shown :class:`MainWindow`. Returns ``(app, window)``.
 
     Tests call this with ``exec_app=False``; settings are written only when ``persist`` (by
-    default: not under pytest).
+    default: unless ``KVINSPECT_EPHEMERAL`` is set, see :func:`kvinspect.core.paths.ephemeral`).
     """
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    # The worker thread runs Python-heavy generate() loops: hand the GIL back to the GUI thread
-    # sooner than the default 5 ms, so a paint or a key press never waits behind a decode step.
-    sys.setswitchinterval(0.002)
     app.setApplicationName("kvinspect")
     app.setOrganizationName("kvinspect")
     app.setApplicationVersion(__version__)
@@ -40,7 +42,7 @@ def create(exec_app: bool = False, settings=None, session_options=None, persist:
     from .main_window import MainWindow
 
     if persist is None:
-        persist = "pytest" not in sys.modules
+        persist = not ephemeral()
     win = MainWindow(settings=settings, session_options=session_options, persist=persist, autosave=autosave,
                      **window_kwargs)
     win.show()
@@ -67,9 +69,9 @@ def _maybe_quit_after(app, win) -> None:
 
 def run_from_args(args, argv: list[str] | None = None) -> int:
     """``kvinspect gui`` / bare ``kvinspect``. User mistakes in flags or files raise KvInspectError first."""
-    from ..commands.common import apply_script_overrides, session_options
-    from ..core.script import GenerationSettings, load_script
-    from ..core.session import check_cache_impl, check_policy
+    from ..core.session.chat import check_cache_impl, check_policy
+    from ..core.session.options import apply_script_overrides, session_options
+    from ..core.session.script import GenerationSettings, load_script
 
     argv = list(argv or [])
     options = session_options(args)  # bad template path, bad --generation-config: one line, exit 2
@@ -90,7 +92,7 @@ def run_from_args(args, argv: list[str] | None = None) -> int:
         settings.cache_impl = check_cache_impl(args.cache)
     scripted = bool(args.script or args.screenshot or args.exit_when_done)
     app, win = create(exec_app=False, settings=settings, session_options=options,
-                      persist=not scripted and "pytest" not in sys.modules)
+                      persist=not scripted and not ephemeral())
     configure_logging()
     install_excepthook(win.errors)
     gen: GenerationSettings | None = script.settings if script else None
@@ -110,10 +112,28 @@ def run_from_args(args, argv: list[str] | None = None) -> int:
 
         win.driver = ScriptDriver(win, script.turns if script else [], args.screenshot, args.exit_when_done)
     if args.model:
-        win.load(args.model, args.device, args.dtype, args.trust_remote_code)
+        win.load(args.model, args.device, args.dtype, args.trust_remote_code,
+                 host=getattr(args, "ssh", None), python=getattr(args, "ssh_python", None))
     else:
         QtCore.QTimer.singleShot(0, win.open_picker)  # no model given: start in the picker
-    return app.exec()
+    code = app.exec()
+    _report_modules()
+    return code
+
+
+def _report_modules() -> None:
+    path = os.environ.get("KVINSPECT_MODULES_REPORT")
+    if not path:
+        return
+    import json
+
+    top = sorted({name.split(".")[0] for name in list(sys.modules)})
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "torch": "torch" in sys.modules,
+                       "transformers": "transformers" in sys.modules, "modules": top}, f)
+    except OSError as exc:
+        print(f"kvinspect: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
 
 
 def open_viewer(record=None, path: str | None = None, follow: str | None = None, source=None,
@@ -130,8 +150,8 @@ def open_viewer(record=None, path: str | None = None, follow: str | None = None,
     if theme:
         settings.theme = theme
     app, win = create(exec_app=False, settings=settings,
-                      persist=("pytest" not in sys.modules) if persist is None else persist)
-    if "pytest" not in sys.modules:
+                      persist=not ephemeral() if persist is None else persist)
+    if not ephemeral():
         configure_logging()
         install_excepthook(win.errors)
     if follow is not None:
@@ -145,10 +165,3 @@ def run_viewer(**kwargs) -> int:
     """``kvinspect view``: the window on a trace, until it is closed."""
     app, _win = open_viewer(**kwargs)
     return app.exec()
-
-
-def main() -> int:
-    from ..cli import main as cli_main
-
-    return cli_main(["gui", *sys.argv[1:]])
-

@@ -10,9 +10,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore
 
+from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RecordSeries, envelope
 from . import theme as th
 from .plot_items import HGrid, LayerAxis, RegionsItem, StepAxis, StickyRange, layer_ticks, merged_spans
-from .series import MEAN_SEEN, MEAN_STORED, RecordSeries, envelope
 
 AXIS_W = 72  # every lane's left and right axes have the same width, so their steps line up
 
@@ -122,10 +122,10 @@ class TokensLane:
         self.grid = HGrid(self.plot)
         self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
                                           verSpacing=-6, horSpacing=14)
-        self.seen = self.plot.plot(name="seen", pen=pg.mkPen("#DDDDDD", width=1.6,
+        self.seen = self.plot.plot(name="seen", pen=pg.mkPen(th.DARK.seen, width=1.6,
                                                              style=QtCore.Qt.PenStyle.DashLine))
         self.seen.setZValue(10)  # dashed, on top: every attention layer has seen this many tokens
-        self.stored = self.plot.plot(name="stored (mean)", pen=pg.mkPen("#DDDDDD", width=2.2))
+        self.stored = self.plot.plot(name="stored (mean)", pen=pg.mkPen(th.DARK.stored, width=2.2))
         self.stored.setZValue(9)
         self.layer_curves: dict[int, pg.PlotDataItem] = {}
         self.window_lines: list[pg.InfiniteLine] = []
@@ -202,8 +202,8 @@ class TokensLane:
     def apply_theme(self, t: th.Theme) -> None:
         self.theme = t
         self.grid.set_color(t.plot_fg, t.grid_alpha)
-        self.seen.setPen(pg.mkPen(t.plot_fg, width=1.6, style=QtCore.Qt.PenStyle.DashLine))
-        self.stored.setPen(pg.mkPen(t.plot_fg, width=2.2))
+        self.seen.setPen(pg.mkPen(t.seen, width=1.6, style=QtCore.Qt.PenStyle.DashLine))
+        self.stored.setPen(pg.mkPen(t.stored, width=2.2))
 
 
 def fixed_axes(plot: pg.PlotItem, bottom_values: bool = False) -> None:

@@ -11,8 +11,8 @@ import html
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from ..core.script import GenerationSettings
-from ..core.session import CACHE_IMPLS, POLICIES, POLICY_HELP
+from ..core.session.chat import CACHE_IMPLS, POLICIES, POLICY_HELP
+from ..core.session.script import GenerationSettings
 from . import theme as th
 from .worker import TurnRequest
 
@@ -338,7 +338,7 @@ def turn_line_html(turn, events, t: th.Theme) -> str:
     if problems:
         kinds = sorted({e.kind for e in problems})
         flags = " " + " ".join(
-            f"<span style='color:{th.SEVERITY_COLORS.get(_sev(problems, k), '#888')}'>⚠&nbsp;{k}</span>" for k in kinds)
+            f"<span style='color:{th.severity_color(_sev(problems, k))}'>⚠&nbsp;{k}</span>" for k in kinds)
     err = f"<br><span style='color:{th.STATUS_COLORS['fail']}'>{html.escape(turn.error)}</span>" if turn.error else ""
     return (f"<a href='turn:{turn.index}' style='text-decoration:none; color:{t.dim_text}'>"
             f"<small>{badge} turn {turn.index + 1} · " + " · ".join(parts) + f"</small></a>{flags}{err}")

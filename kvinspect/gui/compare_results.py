@@ -16,7 +16,7 @@ from pathlib import Path
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from ..core.paths import data_dir
-from ..core.tables import human_bytes
+from ..core.units import fmt_bytes
 from . import theme as th
 
 KEEP_RUNS = 10  # comparison folders kept under data_dir()/compare (each run's traces live there)
@@ -56,7 +56,7 @@ def _spread(st: dict | None, fmt) -> str:
 
 def table_rows(data: dict) -> list[list[str]]:
     """One row per configuration of a compare.json document, as the window's table shows it."""
-    from ..core.compare_markdown import fmt_rate, fmt_s
+    from ..core.compare.markdown import fmt_rate, fmt_s
 
     rows = []
     for c in data.get("configs") or []:
@@ -72,8 +72,8 @@ def table_rows(data: dict) -> list[list[str]]:
         rows.append([
             c["name"], f"ran ×{sm['repeats']}", _spread(sm["ttft_s"], fmt_s), _spread(sm["conversation_s"], fmt_s),
             _spread(sm["decode_tokens_per_s"], fmt_rate), prefill,
-            "–" if sm["peak_kv_bytes"] is None else human_bytes(sm["peak_kv_bytes"]),
-            "–" if sm["peak_memory_bytes"] is None else human_bytes(sm["peak_memory_bytes"]),
+            "–" if sm["peak_kv_bytes"] is None else fmt_bytes(sm["peak_kv_bytes"]),
+            "–" if sm["peak_memory_bytes"] is None else fmt_bytes(sm["peak_memory_bytes"]),
             (f"{fails}/{sm['turns_total']}: {reasons}" if fails else f"0/{sm['turns_total']}"),
         ])
     return rows

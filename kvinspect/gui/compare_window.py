@@ -1,14 +1,15 @@
 """Tools → Compare configurations… (Ctrl+K): ``kvinspect compare`` for the window's loaded model.
 
-The comparison runs :func:`kvinspect.core.compare.run_compare` on the session's worker thread
-(:meth:`SessionController.compare`), the thread that owns the model: while it runs the
-controller is busy, so the chat cannot use the model at the same time, and the chat session's
-observer is idle between turns, so nothing of the comparison lands in the chat's record.
+The comparison runs :func:`kvinspect.core.compare.run.run_compare` in the window's engine, the
+process that owns the model (:meth:`SessionController.compare`): while it runs the controller is
+busy, so the chat cannot use the model at the same time, and the chat session's observer is idle
+between turns, so nothing of the comparison lands in the chat's record. What comes back is the
+``compare.json`` document (after every run, and at the end), never a Python object.
 Progress comes after every turn, the table after every finished run, the plots
 (:func:`.render_compare.build_figures`, in the window's theme) at the end. Cancel stops the turn
 in progress at its next token; what finished is kept. Export writes the same files as the CLI
 (``compare.md``, ``compare.json``, plots, every run's trace) with
-:func:`kvinspect.core.compare_report.write_report`, off the GUI thread.
+:func:`kvinspect.core.compare.report.write_report_doc`, off the GUI thread.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from ..core.compare_configs import CONFIG_HELP, NAMED
+from ..core.compare.configs import CONFIG_HELP, NAMED
 from ..core.errors import KvInspectError, ScriptError
 from . import theme as th
 from .compare_results import CompareResults, compare_dir
@@ -41,7 +42,7 @@ class CompareWindow(QtWidgets.QWidget):
         self.setObjectName("compare-window")
         self.win = win
         self.ctrl = win.controller
-        self.result = None
+        self.result = None  # the finished comparison: its compare.json document, as the engine sent it
         self.data: dict | None = None
         self.out_dir: Path | None = None
         self.running = False
@@ -86,7 +87,7 @@ class CompareWindow(QtWidgets.QWidget):
             grid.addWidget(cb, 2 * i, 0)
             grid.addWidget(note, 2 * i + 1, 0)
             self.checks[name], self.notes[name] = cb, note
-        from ..core.session import POLICIES
+        from ..core.session.chat import POLICIES
 
         self.extra = QtWidgets.QLineEdit()
         self.extra.setPlaceholderText("also: recreate, refeed, recreate:static …")
@@ -275,9 +276,9 @@ class CompareWindow(QtWidgets.QWidget):
 
     def build_plan(self):
         """The ComparePlan the controls describe; raises KvInspectError (one line) for a mistake."""
-        from ..core.compare import ComparePlan
-        from ..core.compare_configs import parse_configs
-        from ..core.script import ChatScript, load_script
+        from ..core.compare.configs import parse_configs
+        from ..core.compare.run import ComparePlan
+        from ..core.session.script import ChatScript, load_script
 
         if self.pending & {n for n, cb in self.checks.items() if cb.isChecked()}:
             raise ScriptError("still checking which configurations can run here; a moment")
@@ -299,7 +300,7 @@ class CompareWindow(QtWidgets.QWidget):
             system = chat.system.toPlainText().strip() or None
             script = ChatScript(turns=turns, system=system, settings=chat.settings())
             name = None
-        opts = self.ctrl.worker.base_options
+        opts = self.ctrl.session_options
         plan = ComparePlan(configs=configs, script=script, repeat=self.repeat.value(),
                            max_new_tokens=self.max_new.value(), max_cache_len=self.capacity.value() or None,
                            chat_template=getattr(opts, "chat_template", None),
@@ -322,7 +323,7 @@ class CompareWindow(QtWidgets.QWidget):
         out.mkdir(parents=True, exist_ok=True)
         plan.script.save(out / "script.json")  # the command below reruns it from the folder
         plan.command = self._command(info, plan)
-        gc.collect()  # GUI garbage goes here, on its thread: the comparison collects on the worker's
+        gc.collect()  # the window's garbage goes now, not in the middle of the progress updates
         if not self.ctrl.compare(CompareRequest(plan, str(out))):
             self._say("the model is busy (a turn or a load): try again when it is done", error=True)
             return False
@@ -365,9 +366,9 @@ class CompareWindow(QtWidgets.QWidget):
         if self.running:
             self.results.show_table(data)
 
-    def _on_finished(self, result, data: dict) -> None:
+    def _on_finished(self, data: dict) -> None:
         self.running = False
-        self.result, self.data = result, data
+        self.result, self.data = data, data
         self.progress.setRange(0, 1)
         self.progress.setValue(1 if not data.get("cancelled") else 0)
         self.results.show_table(data)
@@ -409,7 +410,8 @@ class CompareWindow(QtWidgets.QWidget):
     # -- export ---------------------------------------------------------------------------------
     def export(self, dest: str | None = None) -> BackgroundTask | None:
         """compare.md, compare.json, plots and the runs into ``dest`` (asked for when None), off this thread."""
-        from ..core.compare_report import write_report
+        from ..child_render import render_in_child
+        from ..core.compare.report import write_report_doc
 
         if self.result is None or self.running:
             return None
@@ -418,11 +420,12 @@ class CompareWindow(QtWidgets.QWidget):
             if not dest:
                 return None
         out = Path(dest).expanduser()
-        result, src = self.result, self.out_dir
+        data, src = self.result, self.out_dir
 
         def job():
             try:
-                files = write_report(result, out)
+                # Off the GUI thread: a child draws the plots.
+                files = write_report_doc(data, out, src_dir=src, renderer=render_in_child)
                 if src is not None and (src / "script.json").is_file() and not (out / "script.json").exists():
                     shutil.copyfile(src / "script.json", out / "script.json")
                 return files

@@ -9,7 +9,7 @@ import html
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from ..core.events import _ranges
+from ..core.detect.events import _ranges
 from . import theme as th
 
 COLS = ("", "turn", "step", "kind", "layers", "message")
@@ -115,7 +115,7 @@ class EventsPanel(QtWidgets.QWidget):
             if step is not None and e.step > step:
                 continue
             it = _Item()
-            sev = th.SEVERITY_COLORS.get(e.severity, "#888888")
+            sev = th.severity_color(e.severity)
             it.setIcon(0, _dot(sev))
             it.setToolTip(0, e.severity)
             it.setData(0, QtCore.Qt.ItemDataRole.UserRole, {"info": 0, "warn": 1, "error": 2}.get(e.severity, 1))
@@ -193,7 +193,7 @@ def _quiet_html(turns: int) -> str:
 
 
 def event_html(e) -> str:
-    sev = th.SEVERITY_COLORS.get(e.severity, "#888888")
+    sev = th.severity_color(e.severity)
     where = f"turn {e.turn + 1}, step {e.step:,}"
     if e.layers:
         where += f", layers {_ranges(e.layers)}"
@@ -289,7 +289,7 @@ def _worst(items: list[dict]) -> str:
 def checklist_html(turn) -> str:
     rows = []
     for c in turn.checklist:
-        color = th.STATUS_COLORS.get(c["status"], "#888888")
+        color = th.status_color(c["status"])
         rows.append(
             # nowrap: the badge column takes the width of its widest badge (WARN broke as "WAR/N").
             f"<tr><td valign='top' nowrap style='white-space:nowrap'>{badge(c['status'].upper(), color)}</td>"

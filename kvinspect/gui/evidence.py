@@ -1,13 +1,13 @@
 """Evidence from the window: save the trace, export a report bundle, copy Markdown to the clipboard.
 
-All of it is a thin layer over the core (:mod:`kvinspect.core.report`, :mod:`.markdown`,
+All of it is a thin layer over the core (:mod:`kvinspect.core.report.bundle`, :mod:`.markdown`,
 :mod:`.tracefile`). What is exported is :func:`current_source`: the live session, or the
 trace the window is viewing or following. Writing happens off the GUI thread
 (:class:`~.tasks.BackgroundTask`: report plots take seconds in a child process), and while it
 runs nothing may append to the record being written: a live session refuses new turns
 (``MainWindow.send``), a followed file is not polled.
 
-A live session is written fresh from its record (:func:`~kvinspect.core.tracefile.write_trace`),
+A live session is written fresh from its record (:func:`~kvinspect.core.trace.tracefile.write_trace`),
 not copied from its autosave: the autosave has no ``end`` line while the session is open, so a
 copy would read as "did not close cleanly". A trace opened from a file is copied byte for byte,
 damage included (that is the evidence).
@@ -108,7 +108,7 @@ def _start(win, fn, name: str, source: Source) -> BackgroundTask:
 
 def save_trace(win, dest: str | Path) -> BackgroundTask:
     """Write the trace on screen to ``dest``; ``done(Path)`` / ``failed(message)``."""
-    from ..core.tracefile import write_trace
+    from ..core.trace.tracefile import write_trace
 
     src = current_source(win)
     out = Path(dest).expanduser()
@@ -137,7 +137,8 @@ def export_report(win, out_dir: str | Path, *, redact: bool = False, screenshot:
 
     The screenshot is grabbed here, on the GUI thread, before the job starts.
     """
-    from ..core.report import write_report
+    from ..child_render import render_in_child
+    from ..core.report.bundle import write_report
 
     src = current_source(win)
     png = window_png(win) if screenshot else None
@@ -145,8 +146,9 @@ def export_report(win, out_dir: str | Path, *, redact: bool = False, screenshot:
 
     def job():
         try:
+            # Plots in a child process: this job runs off the GUI thread, where no widget may be drawn.
             return write_report(src.record, out, redact=redact, plots_enabled=plots, screenshot=png,
-                                trace_file=src.trace_file)
+                                trace_file=src.trace_file, renderer=render_in_child)
         except OSError as exc:
             raise KvInspectError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
 
@@ -168,14 +170,14 @@ def _shown_record(win):
 
 def copy_turns(win) -> str:
     """The per-turn table of the record on screen."""
-    from ..core.markdown import turns_markdown
+    from ..core.report.markdown import turns_markdown
 
     return _copy(win, turns_markdown(_shown_record(win)), "the per-turn table")
 
 
 def copy_layers(win) -> str:
     """The per-layer table at the step shown (the replay step, or the latest)."""
-    from ..core.markdown import layer_table_markdown
+    from ..core.report.markdown import layer_table_markdown
 
     rec = _shown_record(win)
     if rec.n_steps == 0:
@@ -186,7 +188,7 @@ def copy_layers(win) -> str:
 
 def copy_event(win, index: int | None = None) -> str:
     """One event's explanation (the selected one by default)."""
-    from ..core.markdown import event_markdown
+    from ..core.report.markdown import event_markdown
 
     rec = _shown_record(win)
     idx = win.events.selected_index() if index is None else index

@@ -14,6 +14,7 @@ from PySide6 import QtCore, QtWidgets
 
 from ..core.errors import KvInspectError
 from . import evidence
+from . import theme as th
 
 
 class ExportDialog(QtWidgets.QDialog):
@@ -142,7 +143,7 @@ class ExportDialog(QtWidgets.QDialog):
     def _on_failed(self, message: str) -> None:
         self.progress.setVisible(False)
         self.export_button.setEnabled(True)
-        self.status.setText(f"<span style='color:#E5484D'>{html.escape(message)}</span>")
+        self.status.setText(f"<span style='color:{th.STATUS_COLORS['fail']}'>{html.escape(message)}</span>")
         self.failed_export.emit(message)
 
     def _on_redact(self, on: bool) -> None:

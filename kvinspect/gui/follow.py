@@ -15,7 +15,7 @@ import threading
 from PySide6 import QtCore
 
 from ..core.errors import TraceError
-from .follow_source import FollowSource, FollowStatus
+from ..core.trace.follow import FollowSource, FollowStatus
 
 log = logging.getLogger(__name__)
 

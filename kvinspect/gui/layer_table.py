@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from ..core.tables import human_bytes
+from ..core.units import fmt_bytes
 from . import theme as th
 
 COLUMNS = (
@@ -35,11 +35,13 @@ class LayerModel(QtCore.QAbstractTableModel):
         super().__init__(parent)
         self.rows: list[dict] = []
 
-    def rowCount(self, parent=QtCore.QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.rows)
+    # parent=None, not a QModelIndex() default (one object built at import, shared by every call):
+    # Qt always passes an index; a Python caller may leave it out, meaning the (invalid) root.
+    def rowCount(self, parent: QtCore.QModelIndex | None = None) -> int:
+        return 0 if parent is not None and parent.isValid() else len(self.rows)
 
-    def columnCount(self, parent=QtCore.QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(COLUMNS)
+    def columnCount(self, parent: QtCore.QModelIndex | None = None) -> int:
+        return 0 if parent is not None and parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=QtCore.Qt.ItemDataRole.DisplayRole):
         if orientation == QtCore.Qt.Orientation.Horizontal:
@@ -59,7 +61,7 @@ class LayerModel(QtCore.QAbstractTableModel):
             if v is None or v == "":
                 return "–"
             if key in ("bytes", "held_bytes"):
-                return human_bytes(v)
+                return fmt_bytes(v)
             if isinstance(v, int) and key != "index":
                 return f"{v:,}"
             return str(v)

@@ -3,7 +3,9 @@
 Every panel renders from ``(record, step)``: the live session's record with ``step=None``,
 or a trace from a file (:mod:`.viewer`: read-only, a replay slider sets ``step``; or a file
 another process is writing, followed live). The 30 Hz paint timer is the only thing that
-redraws; the worker (or the follower's reader) only appends to the record. Evidence (save,
+redraws; the controller (decoding the engine's stream) or the follower's reader only appends to
+the record. The model runs in its own process (:mod:`.worker`, :mod:`kvinspect.engine`): a dead
+engine leaves the window up with every finished turn, and Chat → Restart engine reloads the model. Evidence (save,
 export, copy as Markdown) is in :mod:`.trace_actions` and :mod:`.evidence`; Tools → Compare in
 :mod:`.compare_window`.
 """
@@ -11,6 +13,7 @@ export, copy as Markdown) is in :mod:`.trace_actions` and :mod:`.evidence`; Tool
 from __future__ import annotations
 
 import base64
+import html
 import logging
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -41,7 +44,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
     renderedTick = QtCore.Signal()
 
     def __init__(self, settings: Settings | None = None, session_options=None, autosave: bool = True,
-                 persist: bool = True, parent=None, **_ignored):
+                 persist: bool = True, parent=None, engine_cmd: list[str] | None = None, **_ignored):
         super().__init__(parent)
         self.setObjectName("kvinspect-main")
         self.settings = settings or load_settings()
@@ -55,7 +58,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self._last_request: LoadRequest | None = None
         self.errors = ErrorReporter(self)
         gc_policy.acquire(QtWidgets.QApplication.instance())  # released in shutdown()
-        self.controller = SessionController(session_options, autosave)
+        self.controller = SessionController(session_options, autosave, engine_cmd=engine_cmd)
+        self._restarting = False  # the next modelLoaded is a Restart engine: keep the transcript
         self.picker: ModelPicker | None = None
         self.evidence_jobs = 0  # saves/exports reading the record right now (no new turn meanwhile)
         self.tasks: list = []  # background jobs still running (joined at shutdown)
@@ -125,11 +129,16 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.cancel_button = QtWidgets.QPushButton("Cancel")
         self.cancel_button.setVisible(False)
         self.cancel_button.clicked.connect(self.cancel_load)
+        self.restart_button = QtWidgets.QPushButton("Restart engine")
+        self.restart_button.setToolTip("The model's process ended: start a new one, reload the model, new chat")
+        self.restart_button.setVisible(False)
+        self.restart_button.clicked.connect(self.restart_engine)
         self.steps_label = QtWidgets.QLabel()
         self.trace_label = QtWidgets.QLabel()
         self.trace_label.setMaximumWidth(360)
         sb.addPermanentWidget(self.progress)
         sb.addPermanentWidget(self.cancel_button)
+        sb.addPermanentWidget(self.restart_button)
         sb.addPermanentWidget(self.steps_label)
         sb.addPermanentWidget(self.trace_label)
         build_menus(self)
@@ -154,6 +163,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         c.failed.connect(self._on_failed)
         c.cancelled.connect(self._on_cancelled)
         c.busyChanged.connect(self._update_state)
+        c.engineDied.connect(self._on_engine_died)
+        c.engineState.connect(self._on_engine_state)
         self.chat.sendRequested.connect(self.send)
         self.chat.stopRequested.connect(self.stop)
         self.chat.newChatRequested.connect(self.new_chat)
@@ -163,7 +174,6 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.layers.layersSelected.connect(lambda rows: rows and self.plots.set_picked(rows))
         self.events.copyRequested.connect(self.copy_event)
         self.layers.copyRequested.connect(self.copy_layers)
-        self.plots.view.painted.connect(self.controller.release_paint)
         self.plots.loadRequested.connect(lambda: self.open_picker())
 
     # -- settings -------------------------------------------------------------------------
@@ -183,11 +193,10 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.chat.set_choice(self.chat.policy, s.policy)
         self.chat.set_choice(self.chat.cache_impl, s.cache_impl)
         self.chat.system.setPlainText(s.system_prompt)
-        from ..core.script import GenerationSettings
+        from ..core.session.script import GenerationSettings
 
         self.chat.apply_settings(GenerationSettings(max_new_tokens=s.max_new_tokens, do_sample=s.do_sample,
-                                                    temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                                    seed=s.seed))
+                                                    temperature=s.temperature, top_p=s.top_p, seed=s.seed))
         self.set_theme(s.theme, save=False)
 
     def save_settings(self) -> None:
@@ -213,32 +222,52 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             self.picker.loadRequested.connect(self.load_request)
             self.picker.fetchRequested.connect(self.fetch)
         s = self.settings
-        self.picker.preset(preset or s.model or "tiny-gemma3", s.device, s.dtype)
+        self.picker.preset(preset or s.model or "tiny-gemma3", s.device, s.dtype, s.run_on, s.ssh_host, s.ssh_python)
         self.picker.show()
         self.picker.raise_()
         return self.picker
 
-    def load(self, spec: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False) -> bool:
-        return self.load_request(LoadRequest(spec, device, dtype, trust_remote_code))
+    def load(self, spec: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False,
+             host: str | None = None, python: str | None = None) -> bool:
+        """Load ``spec`` in the engine: on this machine, or on ``host`` over ssh (``python`` there)."""
+        return self.load_request(LoadRequest(spec, device, dtype, trust_remote_code, host=host, python=python))
 
     def load_request(self, req: LoadRequest) -> bool:
         if not self.controller.load(req):
             self.errors.report("kvinspect", "busy: wait for the current generation or load to finish (or stop it)")
             return False
         self._last_request = req
-        self.statusBar().showMessage(f"loading {req.spec}…")
+        s = self.settings  # where it runs is remembered as asked (a host that failed is there to correct next time)
+        s.run_on = "ssh" if req.host else "local"
+        if req.host:
+            s.ssh_host, s.ssh_python = req.host, req.python or ""
+        self.statusBar().showMessage(f"loading {req.spec}" + (f" on {req.host}" if req.host else "") + "…")
         self._show_progress(True)
+        self._sync_unloaded()
         return True
 
+    def _sync_unloaded(self) -> None:
+        """The engine was ended (a load or fetch elsewhere, a hard cancel): its model is gone from the window too."""
+        if self.controller.info is None and self.info is not None:
+            self.info = None
+            self.model_label.setText("no model loaded")
+            self._update_state()
+
     def fetch(self, name: str) -> None:
-        if self.controller.fetch(name):
+        host, python = self.picker.target() if self.picker is not None else (None, None)
+        if self.controller.fetch(name, host, python):  # where the picker says the engine runs
             self._show_progress(True)
+            self._sync_unloaded()
 
     def cancel_load(self) -> None:
         self.controller.cancel()
         self.statusBar().showMessage("cancelling… (at the next loading stage)")
 
     def send(self, req: TurnRequest) -> bool:
+        if self.controller.dead is not None:
+            self.errors.report("kvinspect", "the model's process has ended: Chat → Restart engine reloads the "
+                                            "model (or load another one)")
+            return False
         if self.info is None:
             self.errors.report("kvinspect", "load a model first (File → Load model…, Ctrl+L)")
             return False
@@ -264,6 +293,20 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         if self.controller.busy == "turn":
             self.controller.stop()
             self.statusBar().showMessage("stopping after the current token…")
+
+    def restart_engine(self) -> bool:
+        """Chat → Restart engine: a new model process, the same model reloaded, a new chat (the transcript stays)."""
+        c = self.controller
+        self._restarting = c.last_load is not None
+        if not c.restart():
+            self._restarting = False
+            return False
+        self.restart_button.setVisible(False)
+        if c.busy == "load":
+            self._show_progress(True)
+            self.statusBar().showMessage(f"restarting the engine: loading {c.last_load.spec}…")
+        self._update_state()
+        return True
 
     def new_chat(self) -> None:
         if self.info is not None and self.controller.new_chat():
@@ -327,6 +370,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
 
     # -- worker results -------------------------------------------------------------------
     def _on_progress(self, task: str, stage: str, frac: float) -> None:
+        if task in ("load", "fetch") and not self.progress.isVisible():
+            self._show_progress(True)  # a load the window did not start itself: Restart engine's
         if task == "fetch" and self.picker is not None:
             self.picker.set_fetch_progress(stage, frac)
         self.statusBar().showMessage(f"{task}: {stage}…")
@@ -338,16 +383,22 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
 
     def _on_loaded(self, info: ModelInfo) -> None:
         self._show_progress(False)
+        self.restart_button.setVisible(False)
+        restarted, self._restarting = self._restarting, False
         self.info = info
         gc_policy.settle()  # the old model's cycles go now, the new one is frozen out of later GC passes
         if self.viewer.mode:
             self.viewer.back_to_live()  # loading a model is a live-session action: show it
         else:
             self.set_record(info.record)
-        self.chat.transcript.clear()
+        if restarted:
+            self.chat.add_note("— engine restarted: a new chat (the turns above are in the previous autosave) —")
+        else:
+            self.chat.transcript.clear()
         self.chat.add_note(f"{info.name} loaded in {info.load_seconds:.1f} s on {info.device} ({info.dtype})."
                            + (" " + " ".join(info.notes) if info.notes else ""))
-        self.model_label.setText(dialogs.model_summary(info))
+        host = self._last_request.host if self._last_request is not None else None
+        self.model_label.setText(dialogs.model_summary(info) + (f" · on <b>{html.escape(host)}</b>" if host else ""))
         self.setWindowTitle(f"kvinspect — {info.name}")
         self.trace_label.setText(f"trace: {dialogs.elide(info.trace_path)}" if info.trace_path else "")
         self.trace_label.setToolTip(info.trace_path or "")
@@ -386,13 +437,48 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             self.chat.append_tokens(self.controller.drain_tokens())
             self.chat.add_note(f"not sent: {message}", th.STATUS_COLORS["fail"])
             self._pending_turn = None
+        if task == "load" and not self.controller.restart_pending:
+            self._restarting = False  # a failed reload: the next load is a fresh start
+        if self.controller.dead is not None and task != "turn":
+            return  # the engine's death is reported once, by _on_engine_died
         titles = {"load": "Could not load the model", "fetch": "Could not fetch", "turn": "Could not run the turn",
                   "compare": "Comparison failed"}
         self.statusBar().showMessage(f"{task} failed", 8000)
         self.errors.report(titles.get(task, "kvinspect"), message)
 
+    def _on_engine_died(self, why: str) -> None:
+        """The model's process ended: every finished turn stays; offer Restart engine."""
+        self._show_progress(False)
+        self._pending_turn = None
+        if self.controller.restart_pending:  # the user's own Restart engine: no news, no dialog
+            self.chat.add_note(f"— engine restarted ({why}) —")
+            return
+        self.restart_button.setVisible(True)
+        self.chat.add_note(f"— the model's process ended ({why}); Chat → Restart engine reloads the model —",
+                           th.STATUS_COLORS["fail"])
+        self.statusBar().showMessage("the model's process ended: Restart engine to continue", 15000)
+        self.refresh(force=True)
+        self._update_state()
+        if why.startswith("the engine did not start"):  # nothing was lost: the one line says what to do
+            self.errors.report("The model's process did not start", why)
+            return
+        self.errors.report("The model's process ended", f"the model's process (the engine) ended: {why}; every "
+                                                        "finished turn is kept (Chat → Restart engine reloads the model)")
+
+    def _on_engine_state(self, state: str) -> None:
+        if state == "unresponsive":
+            self.statusBar().showMessage(f"the model's process has not answered for a while (busy: "
+                                         f"{self.controller.busy or 'idle'}); Chat → Restart engine ends it")
+            self.restart_button.setVisible(True)
+        elif state == "ready" and self.controller.dead is None and not self._restarting:
+            self.restart_button.setVisible(False)
+
     def _on_cancelled(self, task: str) -> None:
         self._show_progress(False)
+        if task == "load" and self.controller.info is None and self.info is not None:
+            # A hard cancel: the engine was restarted, and the model it held went with it.
+            self.info = None
+            self.model_label.setText("no model loaded (the engine was restarted to cancel the load)")
         if task == "fetch" and self.picker is not None:
             self.picker.fetch_done(False, "fetch cancelled")
         self.statusBar().showMessage(f"{task} cancelled", 5000)
@@ -406,13 +492,15 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
     def _update_state(self, *args) -> None:
         busy = self.controller.busy
         viewing = self.viewer.mode
-        self.chat.set_state(loaded=self.info is not None, busy=bool(busy), generating=busy == "turn")
+        alive = self.controller.dead is None
+        self.chat.set_state(loaded=self.info is not None and alive, busy=bool(busy), generating=busy == "turn")
         self.plots.growing = (busy == "turn" and not viewing) or (viewing == "follow" and self.viewer.step is None)
         self.load_action.setEnabled(not busy)
         self.stop_action.setEnabled(busy == "turn")  # Esc stops the live turn even while a trace is shown
-        self.new_chat_action.setEnabled(self.info is not None and not busy and not viewing)
+        self.new_chat_action.setEnabled(self.info is not None and alive and not busy and not viewing)
+        self.restart_action.setEnabled(not self._closed)
         self.back_action.setEnabled(bool(viewing))
-        self.compare_action.setEnabled(self.info is not None and busy in ("", "check", "compare"))
+        self.compare_action.setEnabled(self.info is not None and alive and busy in ("", "check", "compare"))
         if busy == "compare":  # say why the chat waits, for as long as it waits
             self.statusBar().showMessage("comparing configurations (Tools → Compare): the chat waits until it ends")
 
@@ -434,16 +522,13 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
 
     def _tick(self) -> None:
         self._ticks += 1
-        c = self.controller
-        c.release_paint()  # never hold the worker longer than one tick, painted or not
-        text = c.drain_tokens()
+        text = self.controller.drain_tokens()
         if text:
             self.chat.append_tokens(text)
         r = self.record
         if r is None:
             return
-        if self.plots.render(r, self.step) and self.plots.view.isVisible() and not self.isMinimized():
-            c.hold_for_paint()  # released when the plot view has painted (PlotView.painted)
+        self.plots.render(r, self.step)
         if self._ticks % TABLE_EVERY == 0:
             if self.viewer.mode:
                 self.viewer.update()
@@ -475,7 +560,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         super().closeEvent(e)
 
     def shutdown(self) -> None:
-        """Save settings, stop the worker (joins its thread). Idempotent; also runs on aboutToQuit."""
+        """Save settings, shut the engine down (killed after a grace). Idempotent; also runs on aboutToQuit."""
         if self._closed:
             return
         self._closed = True

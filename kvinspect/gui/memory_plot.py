@@ -12,14 +12,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore
 
+from ..core.trace.series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries, envelope
 from . import theme as th
 from .cache_plot import fixed_axes
 from .plot_items import BytesAxis, HGrid, StepAxis, StickyRange
-from .series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries, envelope
 
-RSS_COLOR = "#C678DD"
-ALLOC_COLOR = "#E5C07B"
-RESERVED_COLOR = "#D19A66"
+#: The RSS is sampled by the process that runs the model (the engine, for a live session), never the window.
+RSS_LABEL = "model process RSS"
 
 
 class MemoryLane:
@@ -30,7 +29,7 @@ class MemoryLane:
         self.plot.setMenuEnabled(False)
         self.plot.setLabel("left", "KV bytes")
         self.plot.setLabel("bottom", "step (forward pass)")
-        self.plot.setLabel("right", "process")
+        self.plot.setLabel("right", "model process")
         fixed_axes(self.plot, bottom_values=True)
         vb = self.plot.getViewBox()
         vb.setMouseEnabled(x=True, y=False)
@@ -54,11 +53,12 @@ class MemoryLane:
         self._stack_names: list[str] = []
         self._peaks_key = None
         self._peak_values: list[float] = []
-        self.rss = pg.PlotDataItem(pen=pg.mkPen(RSS_COLOR, width=1.4), name="RSS")
-        self.alloc = pg.PlotDataItem(pen=pg.mkPen(ALLOC_COLOR, width=1.4), name="accel allocated")
-        self.reserved = pg.PlotDataItem(pen=pg.mkPen(RESERVED_COLOR, width=1.2, style=QtCore.Qt.PenStyle.DashLine),
+        # The process that runs the model: the engine for a live session, never the window.
+        self.rss = pg.PlotDataItem(pen=pg.mkPen(th.RSS_COLOR, width=1.4), name=RSS_LABEL)
+        self.alloc = pg.PlotDataItem(pen=pg.mkPen(th.ALLOC_COLOR, width=1.4), name="accel allocated")
+        self.reserved = pg.PlotDataItem(pen=pg.mkPen(th.RESERVED_COLOR, width=1.2, style=QtCore.Qt.PenStyle.DashLine),
                                         name="accel reserved")
-        self.peaks = pg.PlotDataItem(pen=pg.mkPen(RSS_COLOR, width=3), connect="pairs", name="peak per turn")
+        self.peaks = pg.PlotDataItem(pen=pg.mkPen(th.RSS_COLOR, width=3), connect="pairs", name="peak per turn")
         for item in (self.rss, self.alloc, self.reserved, self.peaks):
             self.vb2.addItem(item)
             self.legend.addItem(item, item.name())
@@ -105,7 +105,7 @@ class MemoryLane:
         self.stack.clear()
         # Largest (top of the stack) first, so each lower band paints over the one above it.
         for j, name in reversed(list(enumerate(names))):
-            color = pg.mkColor(th.DEVICE_COLORS[0] if name == "cpu" else th.DEVICE_COLORS[1 + j % 5])
+            color = pg.mkColor(th.device_color(name, j))
             fill = pg.mkColor(color)
             fill.setAlpha(150)
             item = pg.PlotDataItem(pen=pg.mkPen(color, width=1.2), fillLevel=0, brush=fill, name=f"KV on {name}")
@@ -119,7 +119,7 @@ class MemoryLane:
             self.legend.removeItem(item)
         for name in names:
             self.legend.addItem(self.stack[name], f"KV on {name}")
-        self.legend.addItem(self.rss, "RSS")
+        self.legend.addItem(self.rss, RSS_LABEL)
         self.legend.addItem(self.peaks, "peak per turn")
         if self._accel:
             self.legend.addItem(self.alloc, "accel allocated")
@@ -172,7 +172,7 @@ class MemoryLane:
                 xs += [t.first_step, t.end_step - 1]
                 ys += [peak, peak]
         self.peaks.setData(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64))
-        self.peaks.setPen(pg.mkPen(ALLOC_COLOR if self._accel else RSS_COLOR, width=3))
+        self.peaks.setPen(pg.mkPen(th.ALLOC_COLOR if self._accel else th.RSS_COLOR, width=3))
         return ys
 
     def apply_theme(self, t: th.Theme) -> None:

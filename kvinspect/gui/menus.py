@@ -52,6 +52,8 @@ def build_menus(win) -> None:
     win.send_action.setShortcut(QtGui.QKeySequence("Ctrl+Return"))
     win.stop_action = c.addAction("Stop generating", win.stop)
     win.stop_action.setShortcut(QtGui.QKeySequence("Esc"))
+    win.restart_action = c.addAction("Restart engine", win.restart_engine)
+    win.restart_action.setToolTip("Start a new model process and reload the model (a new chat); ends a hung one")
     c.addSeparator()
     focus = c.addAction("Focus the message box", lambda: win.chat.input.setFocus())
     focus.setShortcut(QtGui.QKeySequence("Ctrl+I"))
@@ -89,8 +91,8 @@ def fill_autosave_menu(win, limit: int = 15) -> list:
     """The newest autosaved sessions (``core.autosave``), each opening read-only; returns the actions."""
     from datetime import datetime
 
-    from ..core.autosave import list_autosaves
-    from ..core.tables import human_bytes
+    from ..core.trace.autosave import list_autosaves
+    from ..core.units import fmt_bytes
 
     m = win.autosave_menu
     m.clear()
@@ -99,7 +101,7 @@ def fill_autosave_menu(win, limit: int = 15) -> list:
     for a in list_autosaves()[:limit]:
         state = "this session" if own and str(a.path) == own else (
             "closed" if a.closed else "not closed: crashed, killed or still running")
-        label = f"{datetime.fromtimestamp(a.mtime):%Y-%m-%d %H:%M} · {a.name} · {human_bytes(a.size)} · {state}"
+        label = f"{datetime.fromtimestamp(a.mtime):%Y-%m-%d %H:%M} · {a.name} · {fmt_bytes(a.size)} · {state}"
         actions.append(m.addAction(label, lambda p=str(a.path): win.open_trace(p)))
     if not actions:
         m.addAction("(no autosaved session yet)").setEnabled(False)

@@ -1,9 +1,13 @@
 """The model picker: built-ins, SmolLM2 (with Fetch), or any hub id / folder / .gguf file.
 
-A non-modal dialog: it only collects a :class:`~.worker.LoadRequest`; loading itself runs on
-the worker with progress and Cancel in the main window. Files and folders can be dropped on
+A non-modal dialog: it only collects a :class:`~.worker.LoadRequest`; loading itself runs in
+the engine with progress and Cancel in the main window. Files and folders can be dropped on
 it (and on the main window). Device availability is not probed here, because that would
-import torch on the GUI thread; a device this machine lacks fails the load with one line.
+import torch on the GUI thread; a device the engine's machine lacks fails the load with one line.
+
+"Run on" picks where the engine runs: this machine, or an ssh host (``ssh HOST PYTHON -m kvinspect
+engine`` with the user's own ssh config and keys, :mod:`.remote`). Paths and SmolLM2's fetch state
+are then the host's.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from ..core.catalog import BUILTINS, KIND_LETTER
-from ..core.devices import DEVICES, DTYPES
+from ..core.model.catalog import BUILTINS, KIND_LETTER
+from ..core.model.devices import DEVICES, DTYPES
 from . import theme as th
 from .worker import LoadRequest
 
 OTHER = "__other__"
+LOCAL, SSH = "local", "ssh"
 
 
 def kinds_summary(kinds: tuple[str, ...]) -> str:
@@ -43,16 +48,16 @@ def dropped_path(mime: QtCore.QMimeData) -> str | None:
 
 class ModelPicker(QtWidgets.QDialog):
     loadRequested = QtCore.Signal(object)  # LoadRequest
-    fetchRequested = QtCore.Signal(str)
+    fetchRequested = QtCore.Signal(str)  # where: target()
 
     def __init__(self, parent=None, is_fetched=None):
         super().__init__(parent)
         self.setWindowTitle("Load a model — kvinspect")
         self.setAcceptDrops(True)
         self.setModal(False)
-        self.resize(640, 540)
+        self.resize(660, 600)
         if is_fetched is None:
-            from ..core.fetch import is_fetched
+            from ..core.model.fetch import is_fetched
         self._is_fetched = is_fetched
         self._build()
         self.refresh_fetch_state()
@@ -90,16 +95,16 @@ class ModelPicker(QtWidgets.QDialog):
         self.spec.setPlaceholderText("org/name, /path/to/model-folder or /path/to/model.gguf")
         self.spec.textEdited.connect(self._on_spec_edited)
         self.spec.returnPressed.connect(self._on_load)
-        file_btn = QtWidgets.QPushButton("File…")
-        file_btn.setToolTip("Pick a .gguf file")
-        file_btn.clicked.connect(self._browse_file)
-        dir_btn = QtWidgets.QPushButton("Folder…")
-        dir_btn.setToolTip("Pick a transformers model folder (with config.json)")
-        dir_btn.clicked.connect(self._browse_dir)
+        self.file_button = QtWidgets.QPushButton("File…")
+        self.file_button.setToolTip("Pick a .gguf file")
+        self.file_button.clicked.connect(self._browse_file)
+        self.dir_button = QtWidgets.QPushButton("Folder…")
+        self.dir_button.setToolTip("Pick a transformers model folder (with config.json)")
+        self.dir_button.clicked.connect(self._browse_dir)
         spec_row = QtWidgets.QHBoxLayout()
         spec_row.addWidget(self.spec, 1)
-        spec_row.addWidget(file_btn)
-        spec_row.addWidget(dir_btn)
+        spec_row.addWidget(self.file_button)
+        spec_row.addWidget(self.dir_button)
 
         self.device = QtWidgets.QComboBox()
         self.device.addItems(list(DEVICES))
@@ -108,8 +113,7 @@ class ModelPicker(QtWidgets.QDialog):
         self.dtype.addItems(list(DTYPES))
         self.dtype.setToolTip("auto: float32 on CPU, bf16/fp16 on GPUs")
         self.trust = QtWidgets.QCheckBox("Trust remote code")
-        self.trust_warning = QtWidgets.QLabel(
-            "⚠ Runs Python code from the model repository on this machine. Only for repositories you trust.")
+        self.trust_warning = QtWidgets.QLabel()
         self.trust_warning.setWordWrap(True)
         self.trust_warning.setStyleSheet(f"color: {th.SEVERITY_COLORS['warn']}")
         self.trust_warning.setVisible(False)
@@ -124,6 +128,37 @@ class ModelPicker(QtWidgets.QDialog):
         opts.addWidget(self.trust)
         opts.addStretch(1)
 
+        # where the engine (the model's process) runs
+        self.run_local = QtWidgets.QRadioButton("this machine")
+        self.run_ssh = QtWidgets.QRadioButton("ssh host")
+        self.run_ssh.setToolTip("Runs `ssh HOST PYTHON -m kvinspect engine` with your own ssh config and keys "
+                                "(no port is opened); KVINSPECT_SSH_COMMAND changes the ssh command")
+        self.run_group = QtWidgets.QButtonGroup(self)
+        self.run_group.addButton(self.run_local)
+        self.run_group.addButton(self.run_ssh)
+        self.run_local.setChecked(True)
+        self.host = QtWidgets.QLineEdit()
+        self.host.setPlaceholderText("user@host or an ssh config alias")
+        self.host.setToolTip("An ssh destination: whatever `ssh HOST` reaches in a terminal (keys, config, "
+                             "jump hosts); it must log in without a password prompt")
+        self.python = QtWidgets.QLineEdit()
+        self.python.setPlaceholderText("python3")
+        self.python.setToolTip("The host's python that has kvinspect installed (for example ~/venv/bin/python); "
+                               "empty: python3")
+        self.host.returnPressed.connect(self._on_load)
+        self.python.returnPressed.connect(self._on_load)
+        self.run_local.toggled.connect(self._on_run_on)
+        self.host.textChanged.connect(self._on_run_on)
+        run_row = QtWidgets.QHBoxLayout()
+        run_row.addWidget(QtWidgets.QLabel("Run on"))
+        run_row.addWidget(self.run_local)
+        run_row.addSpacing(8)
+        run_row.addWidget(self.run_ssh)
+        run_row.addWidget(self.host, 3)
+        self.python_label = QtWidgets.QLabel("python")
+        run_row.addWidget(self.python_label)
+        run_row.addWidget(self.python, 3)
+
         self.buttons = QtWidgets.QDialogButtonBox()
         self.load_button = self.buttons.addButton("Load", QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
         self.buttons.addButton(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
@@ -137,20 +172,29 @@ class ModelPicker(QtWidgets.QDialog):
         box.addWidget(QtWidgets.QLabel("<b>Hub id, model folder or .gguf file</b>"))
         box.addLayout(spec_row)
         box.addLayout(opts)
+        box.addLayout(run_row)
         box.addWidget(self.trust_warning)
         box.addWidget(self.buttons)
         self.list.setCurrentRow(0)
+        self._on_run_on()
 
     # -- state ----------------------------------------------------------------------------
     def refresh_fetch_state(self) -> None:
-        fetched = bool(self._is_fetched("smollm2"))
+        host = self.target()[0]
+        # This machine's SmolLM2 is known here; a host's is found out when it loads (Fetch is harmless there).
+        fetched = host is None and bool(self._is_fetched("smollm2"))
         self.fetch_button.setVisible(not fetched)
-        self.fetch_label.setText("SmolLM2 is fetched and ready." if fetched
-                                 else "SmolLM2 (real weights) is not fetched yet.")
+        self.fetch_button.setText("Fetch SmolLM2 (93 MB)" if host is None else "Fetch SmolLM2 there (93 MB)")
+        if host is not None:
+            self.fetch_label.setText(f"SmolLM2 on {host}: Fetch downloads it there if it is not yet.")
+        else:
+            self.fetch_label.setText("SmolLM2 is fetched and ready." if fetched
+                                     else "SmolLM2 (real weights) is not fetched yet.")
         for i in range(self.list.count()):
             it = self.list.item(i)
             if it.data(QtCore.Qt.ItemDataRole.UserRole) == "smollm2":
-                it.setForeground(QtGui.QBrush() if fetched else QtGui.QBrush(QtGui.QColor("#8A8F98")))
+                grey = host is None and not fetched  # a host's copy is unknown here: not greyed
+                it.setForeground(QtGui.QBrush(QtGui.QColor(th.NEUTRAL)) if grey else QtGui.QBrush())
 
     def set_fetch_progress(self, stage: str, frac: float) -> None:
         self.fetch_progress.setVisible(True)
@@ -169,7 +213,8 @@ class ModelPicker(QtWidgets.QDialog):
         if not ok and message:
             self.fetch_label.setText(message)
 
-    def preset(self, spec: str = "", device: str = "auto", dtype: str = "auto") -> None:
+    def preset(self, spec: str = "", device: str = "auto", dtype: str = "auto", run_on: str | None = None,
+               host: str | None = None, python: str | None = None) -> None:
         for i in range(self.list.count()):
             if self.list.item(i).data(QtCore.Qt.ItemDataRole.UserRole) == spec:
                 self.list.setCurrentRow(i)
@@ -180,6 +225,19 @@ class ModelPicker(QtWidgets.QDialog):
                 self.spec.setText(spec)
         self.device.setCurrentText(device if device in DEVICES else "auto")
         self.dtype.setCurrentText(dtype if dtype in DTYPES else "auto")
+        if host is not None:
+            self.host.setText(host)
+        if python is not None:
+            self.python.setText(python)
+        if run_on is not None:
+            (self.run_ssh if run_on == SSH else self.run_local).setChecked(True)
+        self._on_run_on()
+
+    def target(self) -> tuple[str | None, str | None]:
+        """(host, python) of the engine to use: (None, None) for this machine."""
+        if not self.run_ssh.isChecked() or not self.host.text().strip():
+            return None, None
+        return self.host.text().strip(), (self.python.text().strip() or None)
 
     def request(self) -> LoadRequest | None:
         it = self.list.currentItem()
@@ -187,8 +245,11 @@ class ModelPicker(QtWidgets.QDialog):
         spec = self.spec.text().strip() if name == OTHER else name
         if not spec:
             return None
+        if self.run_ssh.isChecked() and not self.host.text().strip():
+            return None
+        host, python = self.target()
         return LoadRequest(spec=spec, device=self.device.currentText(), dtype=self.dtype.currentText(),
-                           trust_remote_code=self.trust.isChecked())
+                           trust_remote_code=self.trust.isChecked(), host=host, python=python)
 
     # -- slots ----------------------------------------------------------------------------
     def _on_current(self, cur, prev=None) -> None:
@@ -198,6 +259,25 @@ class ModelPicker(QtWidgets.QDialog):
         if is_other:
             self.spec.setFocus()
 
+    def _on_run_on(self, *args) -> None:
+        remote = self.run_ssh.isChecked()
+        self.host.setEnabled(remote)
+        self.python.setEnabled(remote)
+        self.python_label.setEnabled(remote)
+        for b in (self.file_button, self.dir_button):  # they browse this machine; a host's paths are typed
+            b.setEnabled(not remote)
+        host = self.host.text().strip() if remote else ""
+        where = f"on {host}" if host else ("on the ssh host" if remote else "on this machine")
+        self.trust_warning.setText(f"⚠ Runs Python code from the model repository {where}. "
+                                   "Only for repositories you trust.")
+        self.refresh_fetch_state()
+        for i in range(self.list.count()):
+            it = self.list.item(i)
+            if it.data(QtCore.Qt.ItemDataRole.UserRole) == OTHER:
+                it.setText(f"Other: a hub id, a model folder or a .gguf file on {host or 'the host'}\n"
+                           "    (type it below: a path on the host)" if remote else
+                           "Other: a hub id, a model folder or a .gguf file\n    (type it below, browse, or drop it here)")
+
     def _on_spec_edited(self, text: str) -> None:
         if text.strip():
             self.list.setCurrentRow(self.list.count() - 1)
@@ -205,7 +285,7 @@ class ModelPicker(QtWidgets.QDialog):
     def _on_load(self) -> None:
         req = self.request()
         if req is None:
-            self.spec.setFocus()
+            (self.host if self.run_ssh.isChecked() and not self.host.text().strip() else self.spec).setFocus()
             return
         self.loadRequested.emit(req)
         self.accept()

@@ -1,4 +1,5 @@
-"""Small pyqtgraph building blocks shared by the plot lanes: axes (bytes, steps, layer kinds), overlays."""
+"""Small pyqtgraph building blocks shared by the plot lanes and the report figures: axes (bytes,
+steps, layer kinds), overlays."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ import math
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from ..core.units import byte_scale
 from . import theme as th
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 class BytesAxis(pg.AxisItem):
@@ -19,31 +19,45 @@ class BytesAxis(pg.AxisItem):
         super().__init__(*a, **kw)
         self.enableAutoSIPrefix(False)  # the tick labels carry the unit; no "(x1e+09)" on the label
 
-    def _unit(self, lo: float, hi: float) -> int:
+    @staticmethod
+    def _scale(lo: float, hi: float) -> tuple[float, str]:
         # From the span, not the magnitude: 1.076–1.082 GiB reads better as 1102…1108 MiB.
-        span = abs(hi - lo) or max(abs(lo), abs(hi), 1.0)
-        return max(0, min(int(math.log(max(span, 1.0), 1024)), len(_UNITS) - 1))
+        return byte_scale(abs(hi - lo) or max(abs(lo), abs(hi), 1.0))
 
     def tickSpacing(self, minVal, maxVal, size):
-        u = 1024 ** self._unit(minVal, maxVal)
+        u, _ = self._scale(minVal, maxVal)
         return [(a * u, b * u) for a, b in super().tickSpacing(minVal / u, maxVal / u, size)]
 
     def tickStrings(self, values, scale, spacing):
         if not values:
             return []
-        k = self._unit(*sorted(self.range))  # the same view range tickSpacing saw
-        u = 1024 ** k
+        u, unit = self._scale(*sorted(self.range))  # the same view range tickSpacing saw
         step = spacing / u if spacing else 1
         digits = max(0, -int(math.floor(math.log10(step)))) if step < 1 else 0
-        return [f"{v / u:.{digits}f} {_UNITS[k]}" if v else "0" for v in values]
+        return [f"{v / u:.{digits}f} {unit}" if v else "0" for v in values]
 
 
 class StepAxis(pg.AxisItem):
-    """Integer step ticks without pyqtgraph's SI scaling (k for thousands reads wrong for steps)."""
+    """The forward-pass axis of the window's lanes and of the report figures: whole step ticks from 0.
+
+    The view may reach left of step 0 (the report's layer-kind strip, padding), where pyqtgraph's
+    default ticks would label ``-1``; a short trace would get ``0.5`` steps, which do not exist;
+    and SI scaling (``k`` for thousands) reads wrong for steps: labels are integers, ``1,000``.
+    """
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.enableAutoSIPrefix(False)
+
+    def tickValues(self, minVal, maxVal, size):
+        levels = [(spacing, [v for v in values if v >= 0 and float(v).is_integer()])
+                  for spacing, values in super().tickValues(minVal, maxVal, size) if spacing >= 1]
+        levels = [(spacing, values) for spacing, values in levels if values]
+        if not levels and math.isfinite(minVal) and math.isfinite(maxVal):
+            # Zoomed into a step or two (or a two-step trace): the default spacing was below a step.
+            lo, hi = max(0, math.ceil(minVal)), math.floor(maxVal)
+            levels = [(1.0, [float(v) for v in range(lo, hi + 1)])] if hi - lo < 1000 else []
+        return levels
 
     def tickStrings(self, values, scale, spacing):
         return [f"{int(round(v)):,}" if abs(v - round(v)) < 1e-6 else "" for v in values]

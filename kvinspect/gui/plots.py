@@ -13,28 +13,20 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from ..core.tables import human_bytes
+from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RSS, RecordSeries
+from ..core.units import fmt_bytes
 from . import theme as th
 from .cache_plot import HeatmapLane, TokensLane, fixed_axes, layer_kinds, layer_windows, region_spans
 from .memory_plot import MemoryLane
 from .overlays import VLines
 from .plot_items import MAX_PICKED, StepAxis, default_picks, gradient_pixmap, nice_ceiling, vline
-from .series import MEAN_SEEN, MEAN_STORED, RSS, RecordSeries
 
 MAX_LINES = 200  # turn/recreate lines drawn as items; beyond that only the most recent
 MARKER_Y = (0.2, 0.52)  # rows in the event lane (0..1) for events at one step; turn labels sit on top
 
 
 class PlotView(pg.GraphicsLayoutWidget):
-    """The lanes' view; says when a paint is done (the worker is held while it paints)."""
-
-    painted = QtCore.Signal()
-
-    def paintEvent(self, ev) -> None:
-        try:
-            super().paintEvent(ev)
-        finally:
-            self.painted.emit()
+    """The lanes' view (the model runs in another process: nothing waits for its paints)."""
 
 
 class PlotsWidget(QtWidgets.QWidget):
@@ -371,7 +363,7 @@ class PlotsWidget(QtWidgets.QWidget):
             for idx, e in enumerate(events):
                 if step is not None and e.step > step:
                     continue
-                symbol, color = th.EVENT_MARKERS.get(e.kind, ("o", th.SEVERITY_COLORS.get(e.severity, "#888")))
+                symbol, color = th.EVENT_MARKERS.get(e.kind, ("o", th.severity_color(e.severity)))
                 row = at_step.get(e.step, 0)  # several events at one step: stacked, problems on top
                 at_step[e.step] = row + 1
                 # Size by severity: an error (duplicated context, cache fed with use_cache=False) must not
@@ -436,9 +428,9 @@ class PlotsWidget(QtWidgets.QWidget):
             return f"step {step:,} · seen {row[MEAN_SEEN]:.0f} · stored (mean of layers) {row[MEAN_STORED]:.1f}"
         parts, below = [], 0.0
         for name, col in self.series.device_columns():  # columns are cumulative (stacked)
-            parts.append(f"KV on {name} {human_bytes(row[col] - below)}")
+            parts.append(f"KV on {name} {fmt_bytes(row[col] - below)}")
             below = row[col]
-        return f"step {step:,} · " + " · ".join(parts + [f"RSS {human_bytes(row[RSS])}"])
+        return f"step {step:,} · " + " · ".join(parts + [f"RSS {fmt_bytes(row[RSS])}"])
 
     def describe_cell(self, step: int, layer: int) -> str:
         cell = self.series.at(step, layer)
@@ -450,7 +442,7 @@ class PlotsWidget(QtWidgets.QWidget):
         stored = "–" if cell["stored"] < 0 else f"{cell['stored']:,}"
         turn = self.record.turn_of_step(step)
         return (f"layer {layer} ({kind}) · step {step:,} (turn {turn + 1}) · seen {seen} · stored {stored} · "
-                f"window {window or '–'} · {human_bytes(cell['bytes'])} on {cell['device']}")
+                f"window {window or '–'} · {fmt_bytes(cell['bytes'])} on {cell['device']}")
 
     def _on_click(self, ev) -> None:
         if ev.button() != QtCore.Qt.MouseButton.LeftButton or self.record is None:

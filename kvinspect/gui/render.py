@@ -1,6 +1,7 @@
 """Child-process entry for headless images: ``python -m kvinspect.gui.render KIND INPUT OUTDIR FORMATS``.
 
-Prints one JSON line ``{"files": [...], "notes": [...]}``; see kvinspect.core.plots.
+Prints one JSON line ``{"files": [...], "notes": [...]}``; started by :func:`kvinspect.child_render.render_in_child`
+(the renderer the CLI and the window give the report writers, see kvinspect.core.report.plots).
 """
 
 from __future__ import annotations

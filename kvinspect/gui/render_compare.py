@@ -1,8 +1,9 @@
 """Compare plots from a compare.json document: latency and memory per turn, stress, prompt-length sweep.
 
 ``render(input_path, out_dir, formats)`` is the headless entry (run in a child process by
-kvinspect.core.plots); :func:`build_figures` returns the same figures as widgets, for the
-Compare window to embed. Each configuration keeps one colour in every figure.
+:func:`kvinspect.child_render.render_in_child`); :func:`build_figures` returns the same figures as widgets, for the
+Compare window to embed. Each configuration keeps one colour in every figure (:data:`.theme.CONFIG_COLORS`);
+byte axes use the project's one unit scale (:func:`kvinspect.core.units.byte_scale`).
 """
 
 from __future__ import annotations
@@ -11,22 +12,21 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets  # binding first, then pyqtgraph
 
-import pyqtgraph as pg
+from ..core.errors import exc_line
+from ..core.units import byte_scale
+from . import theme as th
 
-#: Colour per configuration, in the order compare.json lists them (distinct on white and dark).
-PALETTE = ("#1F77B4", "#D62728", "#2CA02C", "#FF7F0E", "#9467BD", "#8C564B", "#E377C2", "#17BECF", "#7F7F7F",
-           "#BCBD22")
 SYMBOLS = ("o", "s", "t", "d", "star", "p", "h", "t1", "+", "x")
-MIB = 1024.0 * 1024.0
 SIZE = (1500, 600)
 LINE_STYLES = (QtCore.Qt.PenStyle.SolidLine, QtCore.Qt.PenStyle.DashLine, QtCore.Qt.PenStyle.DotLine,
                QtCore.Qt.PenStyle.DashDotLine)
 
 
 def config_style(index: int) -> tuple[str, str]:
-    return PALETTE[index % len(PALETTE)], SYMBOLS[index % len(SYMBOLS)]
+    return th.CONFIG_COLORS[index % len(th.CONFIG_COLORS)], SYMBOLS[index % len(SYMBOLS)]
 
 
 def _plot(layout: pg.GraphicsLayoutWidget, title: str, left: str, bottom: str, units: str | None = None,
@@ -95,13 +95,6 @@ def _legend_row(w: pg.GraphicsLayoutWidget, entries: list[tuple[object, str]], c
     w.addItem(leg, colspan=colspan)
 
 
-def _byte_unit(max_bytes: float) -> tuple[float, str]:
-    for div, unit in ((1024.0 ** 3, "GiB"), (1024.0 ** 2, "MiB"), (1024.0, "KiB")):
-        if max_bytes >= div:
-            return div, unit
-    return 1.0, "B"
-
-
 def _from_zero(p: pg.PlotItem, minimum: float = 1e-9, below: float = 0.0) -> None:
     top = max(_max_y(p), minimum) * 1.08
     p.setYRange(-below * top, top, padding=0)
@@ -152,8 +145,8 @@ def memory_figure(data: dict) -> pg.GraphicsLayoutWidget | None:
     w = pg.GraphicsLayoutWidget()
     kv_max = max((r["peak_kv_bytes"] or 0 for _, c in ran for r in c["per_turn"]), default=0)
     mem_max = max((r["peak_memory_bytes"] or 0 for _, c in ran for r in c["per_turn"]), default=0)
-    kdiv, kunit = _byte_unit(kv_max)
-    mdiv, munit = _byte_unit(mem_max)
+    kdiv, kunit = byte_scale(kv_max)
+    mdiv, munit = byte_scale(mem_max)
     a = _plot(w, "KV cache per turn (peak bytes of the K/V tensors)", f"KV cache ({kunit})", "turn")
     b = _plot(w, f"{data.get('memory_label', 'peak memory')} per turn", munit, "turn")
     n = max(len(c["per_turn"]) for _, c in ran)
@@ -206,9 +199,9 @@ def stress_figure(data: dict) -> pg.GraphicsLayoutWidget | None:
                                       labelOpts={"color": color, "position": 0.12}))
     mpe = next((c.get("max_position_embeddings") for c in st["configs"] if c.get("max_position_embeddings")), None)
     if mpe and _max_y(p) > 0.5 * mpe:
-        p.addItem(pg.InfiniteLine(pos=mpe, angle=0, pen=pg.mkPen("#555555", width=1.2,
+        p.addItem(pg.InfiniteLine(pos=mpe, angle=0, pen=pg.mkPen(th.NEUTRAL, width=1.2,
                                                                   style=QtCore.Qt.PenStyle.DashLine),
-                                  label=f"max_position_embeddings {mpe}", labelOpts={"color": "#555555",
+                                  label=f"max_position_embeddings {mpe}", labelOpts={"color": th.NEUTRAL,
                                                                                      "position": 0.85}))
     _turn_ticks(p, n)
     _from_zero(p)
@@ -347,7 +340,7 @@ def render(input_path, out_dir, formats=("png",)):
                 SVGExporter(widget.scene()).export(str(path))
                 files.append(path)
             except Exception as exc:  # noqa: BLE001 - SVG breaks on Qt >= 6.11 (pyqtgraph#3485)
-                notes.append(f"{name}.svg skipped: {type(exc).__name__}: {exc}")
+                notes.append(f"{name}.svg skipped: {exc_line(exc)}")
         widget.close()
         widget.deleteLater()
     if not files and not notes:

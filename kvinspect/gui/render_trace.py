@@ -1,10 +1,11 @@
 """Report images from a trace, rendered headless: ``cache`` and ``memory`` (PNG, and SVG where Qt allows).
 
-Run through :func:`kvinspect.core.plots.render` (``kind="trace"``) in a child process on Qt's
+Run through :func:`kvinspect.child_render.render_in_child` (``kind="trace"``) in a child process on Qt's
 offscreen platform, or called directly where a QApplication exists (tests, the GUI). Figures
 are pyqtgraph layouts on a white background (GitHub shows report images on white and on
 dark pages alike), exported from a shown, sized widget: exporting before ``show()`` gives
-the default 640×480 (qt-and-ci.md §7).
+the default 640×480 (qt-and-ci.md §7). They speak the window's vocabulary: its colours
+(:mod:`.theme`, light variants), its :class:`~.plot_items.StepAxis` and its byte units.
 """
 
 from __future__ import annotations
@@ -12,27 +13,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# PySide6 before pyqtgraph, so pyqtgraph binds to it rather than to a PyQt that may be installed.
-from PySide6 import QtCore, QtGui, QtWidgets  # noqa: I001
 import numpy as np
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401  (registers pg.exporters)
 
-from ..core.events import Event
-from ..core.record import TraceRecord
-from ..core.tracefile import read_trace
+# PySide6 before pyqtgraph, so pyqtgraph binds to it rather than to a PyQt that may be installed.
+from PySide6 import QtCore, QtGui, QtWidgets  # noqa: I001
+
+from ..core.detect.events import Event
+from ..core.errors import exc_line
+from ..core.trace.record import TraceRecord
+from ..core.trace.tracefile import read_trace
+from ..core.units import byte_scale
+from . import theme as th
+from .plot_items import StepAxis
 
 EXPORT_WIDTH = 1600
 #: Curves longer than this are peak-downsampled (min and max per bin survive).
 MAX_POINTS = 4000
 #: Widget size the figures are laid out at; the export scales it to EXPORT_WIDTH.
 FIGURE_SIZE = (1000, 650)
-KIND_COLOR = {"full": "#8c8c8c", "sliding": "#2a9d8f", "chunked": "#9b59b6", "linear": "#a0522d",
-              "shared": "#d0d0d0", "none": "#d0d0d0"}
-SEVERITY_COLOR = {"info": "#2b6cb0", "warn": "#dd6b20", "error": "#c53030"}
-DEVICE_COLORS = ("#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974", "#64b5cd")
-SEEN_COLOR, STORED_COLOR = "#4c72b0", "#dd8452"
-RSS_COLOR, ALLOC_COLOR, RESERVED_COLOR = "#555555", "#c44e52", "#8172b2"
+#: The window's light theme: reports are drawn on white.
+R = th.REPORT
 TURN_SHADE = (0, 0, 0, 14)
 FONT_PT = 11
 
@@ -58,7 +60,7 @@ def render(input_path: str | os.PathLike, out_dir: str | os.PathLike,
     record = read_trace(input_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pg.setConfigOptions(background="w", foreground="k", antialias=True, imageAxisOrder="row-major")
+    pg.setConfigOptions(background=R.plot_bg, foreground=R.text, antialias=True, imageAxisOrder="row-major")
     files: list[Path] = []
     notes: list[str] = []
     for name, build in (("cache", cache_figure), ("memory", memory_figure)):
@@ -79,7 +81,7 @@ def render(input_path: str | os.PathLike, out_dir: str | os.PathLike,
                 files.append(path)
             except Exception as exc:  # noqa: BLE001 - an image format the Qt stack can't do is skipped, not fatal
                 notes.append(f"{path.name} skipped: {fmt.upper()} export failed on this Qt stack "
-                             f"({type(exc).__name__}: {str(exc)[:120]}); the PNG is complete")
+                             f"({exc_line(exc)[:160]}); the PNG is complete")
         win.close()
         win.deleteLater()
     QtWidgets.QApplication.processEvents()
@@ -113,20 +115,6 @@ def export(win: pg.GraphicsLayoutWidget, path: Path, fmt: str) -> None:
 
 # -- shared pieces ------------------------------------------------------------------------------------
 
-class StepAxis(pg.AxisItem):
-    """The forward-pass axis: whole steps from 0. The view reaches left of step 0 (the layer-kind
-    strip, padding), where pyqtgraph's default ticks would label ``-1``; and a short trace would get
-    ``0.5`` steps, which do not exist."""
-
-    def tickValues(self, minVal, maxVal, size):
-        levels = [(spacing, [v for v in values if v >= 0 and float(v).is_integer()])
-                  for spacing, values in super().tickValues(minVal, maxVal, size) if spacing >= 1]
-        levels = [(spacing, values) for spacing, values in levels if values]
-        if not levels:  # a one- or two-step trace: the default spacing was below a step
-            levels = [(1.0, [float(v) for v in range(max(0, int(np.ceil(minVal))), int(np.floor(maxVal)) + 1)])]
-        return levels
-
-
 def _step_plot(win: pg.GraphicsLayoutWidget, row: int) -> pg.PlotItem:
     return win.addPlot(row=row, col=0, axisItems={"bottom": StepAxis("bottom")})
 
@@ -142,8 +130,8 @@ def _style_plot(p: pg.PlotItem, left: str, bottom: str | None) -> None:
     for name in ("left", "bottom"):
         ax = p.getAxis(name)
         ax.setTickFont(_font(FONT_PT - 1))
-        ax.setPen(pg.mkPen("#333333"))
-        ax.setTextPen(pg.mkPen("#222222"))
+        ax.setPen(pg.mkPen(R.plot_fg))
+        ax.setTextPen(pg.mkPen(R.text))
     p.getAxis("left").setWidth(96)  # the same on every row, so linked x axes line up
     p.setLabel("left", left, **{"font-size": f"{FONT_PT}pt"})
     if bottom:
@@ -162,7 +150,7 @@ def _title(win: pg.GraphicsLayoutWidget, record: TraceRecord, what: str) -> None
            f"{n} turn{'' if n == 1 else 's'} · {record.n_steps} forward passes · "
            f"transformers {(h.get('versions') or {}).get('transformers') or '?'} · {h.get('device') or '?'}")
     win.addLabel(f"<span style='font-size:15pt; font-weight:600'>{what}</span><br>"
-                 f"<span style='font-size:10pt; color:#444'>{_esc(sub)}</span>", row=0, col=0)
+                 f"<span style='font-size:10pt; color:{R.dim_text}'>{_esc(sub)}</span>", row=0, col=0)
 
 
 def _esc(s: str) -> str:
@@ -181,11 +169,11 @@ def _turns(p: pg.PlotItem, record: TraceRecord, labels: bool, y_label: float | N
             region.setZValue(-20)
             p.addItem(region, ignoreBounds=True)
         if t.index:
-            line = pg.InfiniteLine(x0 - 0.5, angle=90, pen=pg.mkPen("#777777", width=1))
+            line = pg.InfiniteLine(x0 - 0.5, angle=90, pen=pg.mkPen(R.turn_line, width=1))
             p.addItem(line, ignoreBounds=True)
         if labels:
             status = "" if t.status == "ok" else f" ({t.status})"
-            txt = pg.TextItem(f"turn {t.index + 1}{status}", color="#333333", anchor=(0, 0))
+            txt = pg.TextItem(f"turn {t.index + 1}{status}", color=R.text, anchor=(0, 0))
             txt.setFont(_font(FONT_PT - 1, bold=True))
             txt.setPos(x0, y_label if y_label is not None else 0)
             p.addItem(txt, ignoreBounds=True)
@@ -197,9 +185,8 @@ def _event_lines(p: pg.PlotItem, events: list[Event], labels: bool) -> None:
     for e in events:
         by_step.setdefault(e.step, []).append(e)
     for k, (step, evs) in enumerate(sorted(by_step.items())):
-        worst = max(evs, key=lambda e: ("info", "warn", "error").index(e.severity)
-                    if e.severity in ("info", "warn", "error") else 0)
-        color = SEVERITY_COLOR.get(worst.severity, "#444444")
+        worst = max(evs, key=lambda e: th.SEVERITY_ORDER.index(e.severity) if e.severity in th.SEVERITY_ORDER else 0)
+        color = th.severity_color(worst.severity)
         label = None
         if labels:
             label = ", ".join(dict.fromkeys(e.kind for e in evs))
@@ -221,7 +208,7 @@ def _legend(win: pg.GraphicsLayoutWidget, row: int, columns: int) -> pg.LegendIt
 
 
 def _no_steps(win: pg.GraphicsLayoutWidget) -> None:
-    win.addLabel("<span style='font-size:13pt; color:#444'>No forward passes were recorded in this trace: "
+    win.addLabel(f"<span style='font-size:13pt; color:{R.dim_text}'>No forward passes were recorded in this trace: "
                  "nothing to plot.</span>", row=1, col=0)
 
 
@@ -247,9 +234,12 @@ def cache_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     _style_plot(top, f"tokens, Σ over {L} layers", None)
     tot_seen = np.nansum(seen, axis=1)
     tot_stored = np.nansum(stored, axis=1)
-    # Seen is drawn last, dashed: on full-attention layers the two coincide and both stay visible.
-    stored_curve = top.plot(x, tot_stored, pen=pg.mkPen(STORED_COLOR, width=3))
-    seen_curve = top.plot(x, tot_seen, pen=pg.mkPen(SEEN_COLOR, width=2.5, style=QtCore.Qt.PenStyle.DashLine))
+    # The window's pens: seen dashed, stored solid. Stored is a broad translucent band under the
+    # dashed seen line: on full-attention layers the two coincide and both stay visible.
+    stored_pen = QtGui.QColor(R.stored)
+    stored_pen.setAlpha(90)
+    stored_curve = top.plot(x, tot_stored, pen=pg.mkPen(stored_pen, width=7))
+    seen_curve = top.plot(x, tot_seen, pen=pg.mkPen(R.seen, width=2.2, style=QtCore.Qt.PenStyle.DashLine))
     legend.addItem(seen_curve, "seen: tokens each layer has processed (Σ over layers)")
     legend.addItem(stored_curve, "stored: K/V rows the cache holds (Σ over layers)")
     top.setYRange(0, max(float(np.nanmax(tot_seen)) if np.isfinite(tot_seen).any() else 1, 1) * 1.12, padding=0)
@@ -271,7 +261,7 @@ def cache_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     img.setRect(QtCore.QRectF(-0.5, 0, n, L))
     heat.addItem(img)
     kinds = _layer_kinds(record)
-    band = np.array([[_rgba(KIND_COLOR.get(k, "#d0d0d0"))] for k, _ in kinds], dtype=np.uint8)
+    band = np.array([[_rgba(th.kind_color(k))] for k, _ in kinds], dtype=np.uint8)
     band_img = pg.ImageItem(band, levels=(0, 255))  # explicit: auto levels turn a one-kind band black
     band_img.setRect(QtCore.QRectF(-0.5 - band_w * 1.25, 0, band_w, L))
     heat.addItem(band_img)
@@ -292,9 +282,9 @@ def cache_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     bar.getAxis("bottom").setTickFont(_font(FONT_PT - 1))
     win.addItem(bar, row=4, col=0)
     legend = " &nbsp; ".join(
-        f"<span style='color:{KIND_COLOR.get(k, '#d0d0d0')}; font-size:14pt'>■</span> {_esc(label)}"
+        f"<span style='color:{th.kind_color(k)}; font-size:14pt'>■</span> {_esc(label)}"
         for k, label in dict.fromkeys(kinds))
-    marks = " &nbsp; ".join(f"<span style='color:{c}'>▼</span> {s}" for s, c in SEVERITY_COLOR.items())
+    marks = " &nbsp; ".join(f"<span style='color:{c}'>▼</span> {s}" for s, c in th.SEVERITY_COLORS.items())
     win.addLabel(f"<span style='font-size:10pt'>Left strip, layer kind: {legend} &nbsp;&nbsp;|&nbsp;&nbsp; "
                  f"event markers: {marks} &nbsp;&nbsp;|&nbsp;&nbsp; dashed white: turn boundary</span>",
                  row=5, col=0)
@@ -333,7 +323,7 @@ def _layer_event_marks(p: pg.PlotItem, record: TraceRecord) -> None:
     """Event markers on the heatmap: on the layers an event names, else a triangle above layer 0."""
     xs, ys, brushes = [], [], []
     for e in record.events:
-        color = SEVERITY_COLOR.get(e.severity, "#444444")
+        color = th.severity_color(e.severity)
         layers = e.layers or ([e.layer] if e.layer is not None else [])
         for lay in layers or [None]:
             xs.append(e.step)
@@ -345,13 +335,6 @@ def _layer_event_marks(p: pg.PlotItem, record: TraceRecord) -> None:
 
 
 # -- memory figure ------------------------------------------------------------------------------------------
-
-def _unit(max_bytes: float) -> tuple[float, str]:
-    for div, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if max_bytes >= div:
-            return float(div), name
-    return 1.0, "B"
-
 
 def memory_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     """KV bytes by device (stacked) over process memory (RSS, accelerator), per-turn peaks marked."""
@@ -369,12 +352,12 @@ def memory_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     by_dev = record.kv_bytes_by_device()
     total = np.zeros(n) if not by_dev else np.sum(list(by_dev.values()), axis=0).astype(np.float64)
     held = [t.kv_held_bytes for t in record.turns]
-    div, unit = _unit(max(float(total.max()) if n else 0.0, *held, 1.0))
+    div, unit = byte_scale(max(float(total.max()) if n else 0.0, *held, 1.0))
     _style_plot(kv, f"KV cache ({unit})", None)
     base = np.zeros(n)
     base_curve = kv.plot(x, base, pen=pg.mkPen(None))
     for k, (dev, b) in enumerate(by_dev.items()):
-        color = DEVICE_COLORS[k % len(DEVICE_COLORS)]
+        color = th.device_color(dev, k)
         upper = base + b.astype(np.float64) / div
         curve = kv.plot(x, upper, pen=pg.mkPen(color, width=2))
         legend.addItem(curve, f"KV on {dev} (logical bytes)")
@@ -387,7 +370,7 @@ def memory_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     ends = [(max(t.end_step - 1, t.first_step), t.kv_held_bytes / div) for t in record.turns if t.kv_held_bytes]
     if ends:
         legend.addItem(kv.plot([e[0] for e in ends], [e[1] for e in ends], pen=None, symbol="d", symbolSize=11,
-                               symbolBrush=pg.mkBrush("#222222")), "KV held at end of turn (storage kept alive)")
+                               symbolBrush=pg.mkBrush(R.text)), "KV held at end of turn (storage kept alive)")
     ymax = max(float(base.max()), max((e[1] for e in ends), default=0.0), 1e-9)
     kv.setYRange(0, ymax * 1.15, padding=0)
     _turns(kv, record, labels=True, y_label=ymax * 1.14)
@@ -399,14 +382,14 @@ def memory_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     alloc = record.accel_allocated.astype(np.float64)
     reserved = record.accel_reserved.astype(np.float64)
     peaks_accel = [t.peak_accel_bytes for t in record.turns]
-    pdiv, punit = _unit(max(float(rss.max()), float(alloc.max()), float(reserved.max()), *peaks_accel, 1.0))
+    pdiv, punit = byte_scale(max(float(rss.max()), float(alloc.max()), float(reserved.max()), *peaks_accel, 1.0))
     _style_plot(proc, f"process memory ({punit})", "forward pass (step)")
     if rss.any():
-        legend.addItem(proc.plot(x, rss / pdiv, pen=pg.mkPen(RSS_COLOR, width=2)), "process RSS (upper bound for CPU KV)")
+        legend.addItem(proc.plot(x, rss / pdiv, pen=pg.mkPen(th.RSS_COLOR, width=2)), "process RSS (upper bound for CPU KV)")
     if alloc.any():
-        legend.addItem(proc.plot(x, alloc / pdiv, pen=pg.mkPen(ALLOC_COLOR, width=2)), "accelerator allocated")
+        legend.addItem(proc.plot(x, alloc / pdiv, pen=pg.mkPen(th.ALLOC_COLOR, width=2)), "accelerator allocated")
     if reserved.any():
-        legend.addItem(proc.plot(x, reserved / pdiv, pen=pg.mkPen(RESERVED_COLOR, width=1.5,
+        legend.addItem(proc.plot(x, reserved / pdiv, pen=pg.mkPen(th.RESERVED_COLOR, width=1.5,
                                                                   style=QtCore.Qt.PenStyle.DotLine)),
                        "accelerator reserved")
     for item, name in _peaks(proc, record, rss, pdiv, punit):
@@ -414,7 +397,7 @@ def memory_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     _turns(proc, record, labels=False)
     _event_lines(proc, record.events, labels=False)
     if not (rss.any() or alloc.any()):
-        proc.addItem(pg.TextItem("no memory counters recorded", color="#666666"))
+        proc.addItem(pg.TextItem("no memory counters recorded", color=R.dim_text))
     series = [a / pdiv for a in (rss, alloc, reserved) if a.any()] + [np.array(peaks_accel, float) / pdiv]
     lo = min(float(a[a > 0].min()) for a in series if (a > 0).any()) if any((a > 0).any() for a in series) else 0.0
     hi = max(float(a.max()) for a in series) if series else 1.0
@@ -437,16 +420,16 @@ def _peaks(p: pg.PlotItem, record: TraceRecord, rss, div: float, unit: str) -> l
             ys.append(rss[j] / div)
             n = record.n_steps
             ax = 1.0 if j > 0.9 * n else 0.0 if j < 0.1 * n else 0.5  # keep edge labels inside the plot
-            lab = pg.TextItem(f"peak {rss[j] / div:.2f} {unit}", color=RSS_COLOR, anchor=(ax, 1.2))
+            lab = pg.TextItem(f"peak {rss[j] / div:.2f} {unit}", color=th.RSS_COLOR, anchor=(ax, 1.2))
             lab.setFont(_font(FONT_PT - 2))
             lab.setPos(j, rss[j] / div)
             p.addItem(lab, ignoreBounds=True)
         if t.peak_accel_bytes:
             accel_line = pg.PlotDataItem([a, b - 1], [t.peak_accel_bytes / div] * 2,
-                                         pen=pg.mkPen(ALLOC_COLOR, width=1.5, style=QtCore.Qt.PenStyle.DashLine))
+                                         pen=pg.mkPen(th.ALLOC_COLOR, width=1.5, style=QtCore.Qt.PenStyle.DashLine))
             p.addItem(accel_line)
     if xs:
-        items.append((p.plot(xs, ys, pen=None, symbol="o", symbolSize=9, symbolBrush=pg.mkBrush(RSS_COLOR)),
+        items.append((p.plot(xs, ys, pen=None, symbol="o", symbolSize=9, symbolBrush=pg.mkBrush(th.RSS_COLOR)),
                       "peak RSS per turn"))
     if accel_line is not None:
         items.append((accel_line, "accelerator peak per turn"))

@@ -5,8 +5,8 @@
   ``--exit-when-done`` it prints ``kvinspect: error: …`` instead.
 * :func:`install_excepthook` routes uncaught exceptions (GUI thread and Python threads) to
   the log with their traceback and to a dialog, instead of letting PySide abort.
-* :func:`configure_logging` adds a rotating log file in the user data folder (not under
-  pytest) and routes Qt's own messages into Python logging.
+* :func:`configure_logging` adds a rotating log file in the user data folder (not when
+  ``KVINSPECT_EPHEMERAL`` is set, as in the tests) and routes Qt's own messages into Python logging.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import traceback
 
 from PySide6 import QtCore, QtWidgets
 
-from ..core.paths import data_dir
+from ..core.errors import exc_line
+from ..core.paths import data_dir, ephemeral
 
 log = logging.getLogger("kvinspect.gui")
 
@@ -31,10 +32,13 @@ def log_path():
 
 
 def configure_logging() -> str | None:
-    """Add the rotating log file (unless under pytest) and the Qt message handler. Returns the file."""
+    """Add the rotating log file (unless :func:`~kvinspect.core.paths.ephemeral`) and the Qt message handler.
+
+    Returns the file.
+    """
     root = logging.getLogger()
     path = None
-    if "pytest" not in sys.modules and not any(getattr(h, "_kvinspect", False) for h in root.handlers):
+    if not ephemeral() and not any(getattr(h, "_kvinspect", False) for h in root.handlers):
         try:
             p = log_path()
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -127,9 +131,8 @@ def _hook(exc_type, exc, tb) -> None:
         return
     text = "".join(traceback.format_exception(exc_type, exc, tb))
     log.error("uncaught exception:\n%s", text)
-    first = (str(exc).strip().splitlines() or [""])[0]
-    msg = f"Unexpected error: {exc_type.__name__}: {first}. The window keeps running"
-    msg += "." if "pytest" in sys.modules else f"; details are in {log_path()}."
+    msg = f"Unexpected error: {exc_line(exc) if exc is not None else exc_type.__name__}. The window keeps running"
+    msg += "." if ephemeral() else f"; details are in {log_path()}."
     app = QtWidgets.QApplication.instance()
     if _reporter is None or app is None:
         sys.__excepthook__(exc_type, exc, tb)

@@ -1,10 +1,11 @@
 """``kvinspect gui --script FILE [--screenshot PNG] [--exit-when-done]``: a chat script typed into the real window.
 
 Each turn goes through the same path as a user's: text into the input box, Send, tokens
-streamed by the worker, the turn line, the plots. When the last turn is done the window is
+streamed by the engine, the turn line, the plots. When the last turn is done the window is
 rendered once more and grabbed to a PNG (reproducible images for bug reports and CI).
 With ``--exit-when-done`` errors print one line and the exit status is 2; the window never
-waits on a dialog.
+waits on a dialog. If the engine (the model's process) dies, the window stays up, the screenshot
+is still taken, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ScriptDriver(QtCore.QObject):
         c.turnFinished.connect(self._on_turn)
         c.failed.connect(self._on_failed)
         c.cancelled.connect(self._on_cancelled)
+        c.engineDied.connect(self._on_engine_died)
         if exit_when_done:
             window.errors.interactive = False  # print, never wait on a dialog
 
@@ -72,6 +74,11 @@ class ScriptDriver(QtCore.QObject):
         elif task == "turn":
             self.code = 2
             QtCore.QTimer.singleShot(0, self._next)
+
+    def _on_engine_died(self, why: str) -> None:
+        print(f"kvinspect: the model's process ended: {why}", file=sys.stderr, flush=True)
+        self.code = 1
+        self._finish(shoot=True)
 
     def _on_cancelled(self, task: str) -> None:
         if task == "load":

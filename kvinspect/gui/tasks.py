@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from PySide6 import QtCore
 
-from ..core.errors import KvInspectError
+from ..core.errors import KvInspectError, exc_line
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,7 @@ class _JobThread(QtCore.QThread):
             self.error = str(exc)
         except Exception as exc:  # noqa: BLE001 - a bug: logged, shown as one line, the window keeps running
             log.exception("background job %s failed", self.objectName())
-            first = (str(exc).strip().splitlines() or [""])[0]
-            self.error = f"internal error: {type(exc).__name__}: {first} (details in the log)"
+            self.error = f"internal error: {exc_line(exc)} (details in the log)"
 
 
 class BackgroundTask(QtCore.QObject):

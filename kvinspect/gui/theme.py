@@ -1,8 +1,13 @@
 """Dark and light themes: the Qt palette, plot colours, and the colours that carry meaning.
 
-Meaningful colours (layer kinds, severities, checklist status) are the same in both themes
-and were picked to stay readable on a dark and a white background; only backgrounds, text
-and grid change with the theme.
+The one palette of the project: the window's plots and panels and the report figures
+(:mod:`.render_trace`, :mod:`.render_compare`) all take their colours from here, so a full
+layer, a warning or the RSS curve look the same in the window and in a report.
+
+Meaningful colours (layer kinds, severities, checklist status, memory series, devices,
+compared configurations) are the same in both themes and were picked to stay readable on a
+dark and a white background; only backgrounds, text, grid and the seen/stored curves change
+with the theme. Report figures are drawn on white, in :data:`REPORT` (the light theme).
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ KIND_COLORS = {
     "shared": "#8A8F98",
 }
 KIND_ORDER = ("full", "sliding", "chunked", "linear", "shared")
+#: Anything without a colour of its own (an unknown severity or status).
+NEUTRAL = "#8A8F98"
 
 SEVERITY_COLORS = {"info": "#3D9BE9", "warn": "#E3A008", "error": "#E5484D"}
-STATUS_COLORS = {"pass": "#2DA44E", "warn": "#D29922", "fail": "#E5484D", "running": "#8A8F98"}
+SEVERITY_ORDER = ("info", "warn", "error")
+STATUS_COLORS = {"pass": "#2DA44E", "warn": "#D29922", "fail": "#E5484D", "running": NEUTRAL}
 #: Text drawn on a STATUS/SEVERITY badge: dark on amber, white elsewhere.
 BADGE_TEXT = {"#E3A008": "#1B1B1B", "#D29922": "#1B1B1B"}
 
@@ -44,6 +52,13 @@ EVENT_MARKERS = {
 
 #: Devices in the memory plot: CPU grey-blue, accelerators green shades, others cycled.
 DEVICE_COLORS = ("#6C8EBF", "#2DA44E", "#7DD87D", "#C9A227", "#B36AF5", "#21B3A1")
+#: Process memory series: RSS, the accelerator allocator's allocated and reserved bytes.
+RSS_COLOR = "#C678DD"
+ALLOC_COLOR = "#E5C07B"
+RESERVED_COLOR = "#D19A66"
+#: One colour per compared configuration, in the order compare.json lists them.
+CONFIG_COLORS = ("#1F77B4", "#D62728", "#2CA02C", "#FF7F0E", "#9467BD", "#8C564B", "#E377C2", "#17BECF",
+                 "#7F7F7F", "#BCBD22")
 
 
 def kind_base(kind: str | None) -> str:
@@ -56,6 +71,19 @@ def kind_base(kind: str | None) -> str:
 
 def kind_color(kind: str | None) -> str:
     return KIND_COLORS[kind_base(kind)]
+
+
+def severity_color(severity: str | None) -> str:
+    return SEVERITY_COLORS.get(severity or "", NEUTRAL)
+
+
+def status_color(status: str | None) -> str:
+    return STATUS_COLORS.get(status or "", NEUTRAL)
+
+
+def device_color(device: str, index: int) -> str:
+    """``cpu`` keeps the first colour; the other devices cycle through the rest (``index``: stack order)."""
+    return DEVICE_COLORS[0] if device == "cpu" else DEVICE_COLORS[1 + index % (len(DEVICE_COLORS) - 1)]
 
 
 def badge_text_color(bg: str) -> str:
@@ -78,19 +106,23 @@ class Theme:
     turn_line: str
     cursor: str
     region: str  # veil + hatch over cells whose layer stopped growing; "#RRGGBBAA" (pyqtgraph order)
+    seen: str  # Σ/mean seen tokens (drawn dashed)
+    stored: str  # Σ/mean stored tokens (drawn solid)
 
 
 DARK = Theme(
     name="dark", window="#1F2023", base="#16171A", alt_base="#1B1C20", text="#E4E6EB", dim_text="#9AA0A6",
     button="#2A2C31", highlight="#3D7EFF", plot_bg="#131417", plot_fg="#C3C7CE", grid_alpha=0.18,
-    turn_line="#9AA0A6", cursor="#FFD60A", region="#FFFFFF40",
+    turn_line="#9AA0A6", cursor="#FFD60A", region="#FFFFFF40", seen="#C3C7CE", stored="#C3C7CE",
 )
 LIGHT = Theme(
     name="light", window="#F3F4F6", base="#FFFFFF", alt_base="#F7F8FA", text="#1F2328", dim_text="#59636E",
     button="#E9EBEF", highlight="#2F6FEB", plot_bg="#FFFFFF", plot_fg="#30363D", grid_alpha=0.22,
-    turn_line="#6E7781", cursor="#D97706", region="#FFFFFF55",
+    turn_line="#6E7781", cursor="#D97706", region="#FFFFFF55", seen="#30363D", stored="#30363D",
 )
 THEMES = {"dark": DARK, "light": LIGHT}
+#: Report figures are drawn on white: the light theme's variants.
+REPORT = LIGHT
 
 
 def get(name: str) -> Theme:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from PySide6 import QtCore
 
-from ..core.tracefile import read_trace, trace_path
+from ..core.trace.follow import FollowSource, FollowStatus, check_follow_target
+from ..core.trace.tracefile import read_trace, trace_path
 from .follow import TraceFollower
-from .follow_source import FollowSource, FollowStatus, check_follow_target
 from .tasks import BackgroundTask
 from .viewer_bar import ViewerBar
 

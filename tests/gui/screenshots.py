@@ -55,10 +55,10 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    from kvinspect.core.loading import load_model
-    from kvinspect.core.runner import run_script
-    from kvinspect.core.script import ChatScript, GenerationSettings
-    from kvinspect.core.session import ChatSession, SessionOptions
+    from kvinspect.core.model.loading import load_model
+    from kvinspect.core.session.chat import ChatSession, SessionOptions
+    from kvinspect.core.session.runner import run_script
+    from kvinspect.core.session.script import ChatScript, GenerationSettings
     from kvinspect.core.settings import Settings
     from kvinspect.gui.app import create
 
@@ -124,7 +124,7 @@ def main() -> int:
                 seen.append(text)
                 if len(seen) >= tokens // 2 and not taken:
                     taken.append(True)
-                    sess.writer.flush_steps()  # what the session does every 0.5 s, at its next forward
+                    sess.pipeline.flush()  # what the session does every 0.5 s, at its next forward
                     pump(app, lambda: len(win.viewer.record.turns) == 3 and win.viewer.record.n_steps > first + 5)
                     time.sleep(1.1)
                     settle(app, win)

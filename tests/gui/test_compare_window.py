@@ -10,7 +10,7 @@ import json
 
 from PySide6 import QtCore
 
-from kvinspect.core.compare_configs import NAMED
+from kvinspect.core.compare.configs import NAMED
 
 from .conftest import load, send
 

@@ -11,9 +11,9 @@ import json
 import pytest
 from PySide6 import QtGui
 
-from kvinspect.core.runner import run_script
-from kvinspect.core.script import ChatScript, GenerationSettings
-from kvinspect.core.tracefile import read_trace
+from kvinspect.core.session.runner import run_script
+from kvinspect.core.session.script import ChatScript, GenerationSettings
+from kvinspect.core.trace.tracefile import read_trace
 
 from ..conftest import load_cached
 from .conftest import load, send

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from kvinspect.core.errors import TraceError
-from kvinspect.core.script import GenerationSettings
-from kvinspect.core.session import ChatSession, SessionOptions
-from kvinspect.gui.follow_source import FollowSource, check_follow_target
+from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.script import GenerationSettings
+from kvinspect.core.trace.follow import FollowSource, check_follow_target
 
 from ..conftest import load_cached
 

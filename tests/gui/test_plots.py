@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvinspect.gui.series import MIN_COLUMNS, Pyramid
+from kvinspect.core.trace.series import MIN_COLUMNS, Pyramid
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from redraw import synthetic_record  # noqa: E402
@@ -66,8 +66,8 @@ def test_big_record_is_decimated_to_the_plot_width(qtbot):
 
 def test_panels_render_a_record_without_a_session_at_a_replay_step(qtbot, window):
     """What viewer mode needs: a record (here from a headless core session) and a step."""
-    from kvinspect.core.script import GenerationSettings
-    from kvinspect.core.session import ChatSession, SessionOptions
+    from kvinspect.core.session.chat import ChatSession, SessionOptions
+    from kvinspect.core.session.script import GenerationSettings
     from tests.conftest import load_cached
 
     loaded = load_cached("tiny-mistral")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pyqtgraph as pg
 import pytest
 from PySide6 import QtGui
 
-import pyqtgraph as pg
-from kvinspect.core.compare import ComparePlan, run_compare
-from kvinspect.core.compare_configs import parse_configs
-from kvinspect.core.compare_report import build_report, write_report
-from kvinspect.core.script import ChatScript, GenerationSettings
+from kvinspect.core.compare.configs import parse_configs
+from kvinspect.core.compare.report import build_report, write_report
+from kvinspect.core.compare.run import ComparePlan, run_compare
+from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.gui import render_compare
 
 from ..conftest import load_cached
@@ -88,10 +88,10 @@ def test_render_writes_png_and_svg(qtbot, compare_dir, tmp_path):
 
 
 def test_headless_render_through_the_child_process(compare_dir, tmp_path):
-    from kvinspect.core.plots import render
+    from kvinspect.child_render import render_in_child
 
     out, _ = compare_dir
-    res = render("compare", out / "compare.json", tmp_path, formats=("png",))
+    res = render_in_child("compare", out / "compare.json", tmp_path, formats=("png",))
     assert sorted(p.name for p in res.files) == sorted(
         f"{n}.png" for n in ("latency_per_turn", "memory_per_turn", "stress", "prompt_lengths")), res.notes
 

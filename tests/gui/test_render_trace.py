@@ -14,11 +14,12 @@ import pyqtgraph as pg
 import pytest
 from PySide6 import QtGui
 
-from kvinspect.core import plots
-from kvinspect.core.runner import run_script
-from kvinspect.core.script import ChatScript, GenerationSettings
-from kvinspect.core.tracefile import read_trace
-from kvinspect.gui.render_trace import EXPORT_WIDTH, KIND_COLOR, cache_figure, memory_figure, render
+from kvinspect.child_render import render_in_child
+from kvinspect.core.session.runner import run_script
+from kvinspect.core.session.script import ChatScript, GenerationSettings
+from kvinspect.core.trace.tracefile import read_trace
+from kvinspect.gui.render_trace import EXPORT_WIDTH, cache_figure, memory_figure, render
+from kvinspect.gui.theme import KIND_COLORS
 from tests.conftest import load_cached
 
 
@@ -55,8 +56,9 @@ def test_png_and_svg_from_a_trace(qapp, trace, tmp_path):
         assert (255, 255, 255) in colors  # white background: readable on GitHub light and dark pages
     cache = _colors(QtGui.QImage(str(tmp_path / "cache.png")), step=2)
     assert _near(cache, (253, 231, 37))  # viridis top: the full layer at the last step
-    assert _near(cache, QtGui.QColor(KIND_COLOR["sliding"]).getRgb()[:3], tol=4)  # the kind band
-    assert _near(cache, QtGui.QColor(KIND_COLOR["full"]).getRgb()[:3], tol=4)
+    # The kind band, in the window's colours.
+    assert _near(cache, QtGui.QColor(KIND_COLORS["sliding"]).getRgb()[:3], tol=4)
+    assert _near(cache, QtGui.QColor(KIND_COLORS["full"]).getRgb()[:3], tol=4)
     svg = (tmp_path / "cache.svg").read_text(encoding="utf-8")
     root = ET.fromstring(svg)
     assert root.tag.endswith("svg") and len(root.findall(".//{http://www.w3.org/2000/svg}path")) > 10
@@ -100,7 +102,7 @@ def test_damaged_and_empty_traces_still_render(qapp, trace, tmp_path):
 
 
 def test_child_process_route_used_by_the_cli(trace, tmp_path):
-    res = plots.render("trace", trace, tmp_path)
+    res = render_in_child("trace", trace, tmp_path)
     assert res.notes == [] and sorted(p.name for p in res.files) == ["cache.png", "cache.svg", "memory.png",
                                                                      "memory.svg"]
 

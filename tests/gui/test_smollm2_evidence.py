@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvinspect.core.runner import run_script
-from kvinspect.core.script import ChatScript, GenerationSettings
-from kvinspect.core.session import ChatSession, SessionOptions
-from kvinspect.core.tracefile import read_trace
+from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.runner import run_script
+from kvinspect.core.session.script import ChatScript, GenerationSettings
+from kvinspect.core.trace.tracefile import read_trace
 
 from .conftest import load, send
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvinspect.core.runner import run_script
-from kvinspect.core.script import ChatScript, GenerationSettings
-from kvinspect.core.tracefile import read_trace
+from kvinspect.core.session.runner import run_script
+from kvinspect.core.session.script import ChatScript, GenerationSettings
+from kvinspect.core.trace.tracefile import read_trace
 
 from ..conftest import load_cached
 from .conftest import load, send
@@ -210,7 +210,7 @@ def test_save_trace_live_and_viewed(qtbot, window, run_dir, tmp_path):
 
 
 def test_copy_markdown_to_the_clipboard(qtbot, window, run_dir):
-    from kvinspect.core.markdown import event_markdown, layer_table_markdown, turns_markdown
+    from kvinspect.core.report.markdown import event_markdown, layer_table_markdown, turns_markdown
 
     open_trace(qtbot, window, run_dir)
     rec = window.record

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtWidgets
 
-from kvinspect.core.events import CACHE_RECREATED, TURN_STOPPED, WINDOW_REACHED
+from kvinspect.core.detect.events import CACHE_RECREATED, TURN_STOPPED, WINDOW_REACHED
 from kvinspect.gui.layer_table import COLUMNS
 
 from .conftest import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
@@ -250,7 +250,7 @@ def test_layer_table_sorts_and_picks(qtbot, window):
 
 
 def test_picker_lists_builtins_and_takes_paths(qtbot, window, tmp_path):
-    from kvinspect.core.catalog import BUILTINS
+    from kvinspect.core.model.catalog import BUILTINS
     from kvinspect.gui.model_picker import OTHER
 
     picker = window.open_picker()

@@ -130,28 +130,8 @@ def write_report(result: CompareResult, out_dir: str | os.PathLike | None = None
     The plots are drawn by ``renderer`` (:class:`~kvinspect.core.report.plots.Renderer`, e.g.
     :func:`kvinspect.child_render.render_in_child`); without one they are skipped with a note.
     """
-    out = Path(out_dir) if out_dir is not None else result.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    src_runs = result.out_dir / RUNS_DIR
-    if out.resolve() != result.out_dir.resolve() and src_runs.is_dir():
-        shutil.copytree(src_runs, out / RUNS_DIR, dirs_exist_ok=True)
-    data = build_report(result)
-    jpath = out / JSON_NAME
-    _write_json(jpath, data)
-    files = CompareFiles(json=jpath, markdown=out / MD_NAME)
-    unmeasured = result.unmeasured()
-    if plots and not (unmeasured and unmeasured[1]):  # nothing to draw when nothing was measured
-        if renderer is None:
-            files.notes = [NO_RENDERER]
-        else:
-            pr = renderer("compare", jpath, out / PLOTS_DIR, formats)
-            files.plots = [Path(p) for p in pr.files]
-            files.notes = list(pr.notes)
-    data["plots"] = [_rel(p, out) for p in files.plots]
-    data["notes"] = data["notes"] + files.notes
-    _write_json(jpath, data)
-    files.markdown.write_text(markdown(data), encoding="utf-8")
-    return files
+    return write_report_doc(build_report(result), out_dir if out_dir is not None else result.out_dir,
+                            src_dir=result.out_dir, plots=plots, formats=formats, renderer=renderer)
 
 
 def _rel(p: Path, base: Path) -> str:

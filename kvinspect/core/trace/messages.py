@@ -79,6 +79,7 @@ class TurnStart:
     cache_impl: str
     first_step: int
     settings: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0  # 0: not known when the turn began (an observed loop)
 
     kind = "turn_start"
 
@@ -199,7 +200,8 @@ def to_line(msg: Message) -> dict:
         return {"type": "event", **msg.event.to_dict()}
     if isinstance(msg, TurnStart):
         return {"type": "turn_start", "index": msg.index, "user": msg.user, "policy": msg.policy,
-                "cache_impl": msg.cache_impl, "first_step": msg.first_step, "settings": msg.settings}
+                "cache_impl": msg.cache_impl, "first_step": msg.first_step, "settings": msg.settings,
+                "prompt_tokens": msg.prompt_tokens}
     if isinstance(msg, Note):
         return {"type": "note", "key": msg.key, "value": msg.value}
     if isinstance(msg, End):
@@ -215,10 +217,11 @@ def to_line(msg: Message) -> dict:
 
 def dumps(msg: Message) -> str:
     """One line of JSON, without its newline."""
-    return json.dumps(to_line(msg), separators=(",", ":"), default=_json_default)
+    return json.dumps(to_line(msg), separators=(",", ":"), default=json_default)
 
 
-def _json_default(o):
+def json_default(o):
+    """JSON for numpy scalars and arrays and paths (the values a trace carries); TypeError otherwise."""
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):
@@ -281,7 +284,7 @@ def from_line(obj: dict) -> Message | None:
         if not isinstance(settings, dict):
             raise MessageError("settings is not an object")
         return TurnStart(_int(obj, "index"), _str(obj, "user"), _str(obj, "policy"), _str(obj, "cache_impl"),
-                         _int(obj, "first_step", 0), settings)
+                         _int(obj, "first_step", 0), settings, _int(obj, "prompt_tokens", 0))
     if kind == "header":
         return Header({k: v for k, v in obj.items() if k != "type"})
     if kind == "note":

@@ -69,7 +69,8 @@ class RecordBuilder:
             if msg.index < len(rec.turns):
                 return False
             rec.add_turn(TurnRecord(index=msg.index, user=msg.user, policy=msg.policy, cache_impl=msg.cache_impl,
-                                    status="running", first_step=msg.first_step, settings=dict(msg.settings)))
+                                    status="running", first_step=msg.first_step, settings=dict(msg.settings),
+                                    prompt_tokens=msg.prompt_tokens))
         elif isinstance(msg, Turn):
             self._fill_lost_turns(msg.turn.index)
             rec.add_turn(msg.turn)
@@ -146,7 +147,8 @@ class Stream:
 
     def turn_started(self, turn: TurnRecord) -> None:
         self.flush_steps()
-        self.emit(TurnStart(turn.index, turn.user, turn.policy, turn.cache_impl, turn.first_step, dict(turn.settings)))
+        self.emit(TurnStart(turn.index, turn.user, turn.policy, turn.cache_impl, turn.first_step, dict(turn.settings),
+                            turn.prompt_tokens))
 
     def turn_finished(self, turn: TurnRecord) -> None:
         """Every step of the turn goes out before its ``turn`` line (a reader then has them all)."""
@@ -177,7 +179,8 @@ def record_messages(record: TraceRecord) -> Iterator[Message]:
     """A whole record as the messages that would rebuild it (export, conversions)."""
     yield Header({**record.header, "n_layers": record.n_layers})
     for turn in record.turns:
-        yield TurnStart(turn.index, turn.user, turn.policy, turn.cache_impl, turn.first_step, dict(turn.settings))
+        yield TurnStart(turn.index, turn.user, turn.policy, turn.cache_impl, turn.first_step, dict(turn.settings),
+                        turn.prompt_tokens)
     if record.devices:
         yield Devices(tuple(record.devices))
     with record.lock:

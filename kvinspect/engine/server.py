@@ -1,0 +1,325 @@
+"""``kvinspect engine``: the session behind a JSON-lines protocol on stdin/stdout (docs/engine-protocol.md).
+
+Three threads. The **request loop** (the main thread) runs one request at a time: load, fetch, a
+turn, a comparison, a check; it owns the model and the :class:`~kvinspect.core.session.chat.ChatSession`.
+The **reader** reads the window's lines: Stop and Cancel set flags the moment they arrive (generation
+checks Stop between tokens, loading checks Cancel between stages, a comparison at every token);
+everything else is queued for the request loop. The **writer** (:class:`~.stdio.LineWriter`) owns
+the protocol stdout. A heartbeat thread says every second that the engine is alive and what it is busy
+with, so the window can tell a busy engine from a hung one.
+
+The engine writes no trace file: the session's stream (header, steps, turn_start, turn, event, devices,
+note, end) goes out on stdout as trace lines, tokens as ``token`` lines; the window appends the trace
+lines to its own autosave and decodes them with the trace reader's decoder. Every step of a turn is
+sent before its ``turn`` line, and the ``turn_done`` reply comes after it.
+
+When stdin closes (the window is gone, or the ssh channel dropped) the engine stops what it is doing
+and exits; if the request loop is stuck in a call that cannot be interrupted, it exits anyway after a
+few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import queue
+import socket
+import sys
+import threading
+import time
+
+from kvinspect import __version__
+from kvinspect.core.errors import Cancelled, KvInspectError, exc_line
+from kvinspect.engine import protocol as P
+from kvinspect.engine.stdio import LineWriter, take_stdio
+
+log = logging.getLogger(__name__)
+
+#: Steps are sent this often while a turn runs (the window's paint clock is ~30 Hz).
+FLUSH_EVERY_S = 0.05
+#: After stdin closes, a request loop that does not come back within this long is not waited for.
+EOF_GRACE_S = 5.0
+
+
+def serve(*, heartbeat_s: float = P.HEARTBEAT_S) -> int:
+    """Take stdin/stdout, greet, and serve requests until shutdown or end of input. Returns the exit status."""
+    inp, out = take_stdio()
+
+    def broken() -> None:
+        os._exit(0)  # nobody reads us any more: nothing left to do
+
+    writer = LineWriter(out, on_broken=broken)
+    return Engine(inp, writer, heartbeat_s=heartbeat_s).serve()
+
+
+class Engine:
+    """The request loop and its helpers; ``serve`` returns the process's exit status."""
+
+    def __init__(self, inp, writer: LineWriter, *, heartbeat_s: float = P.HEARTBEAT_S):
+        self.inp = inp
+        self.out = writer
+        self.heartbeat_s = heartbeat_s
+        self.stop = threading.Event()
+        self.cancel = threading.Event()
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.session = None
+        self.loaded = None
+        self.busy = ""
+        self.local = True
+        self._t0 = time.monotonic()
+        self._done = threading.Event()
+
+    # -- lifetime -------------------------------------------------------------------------------------
+    def serve(self) -> int:
+        self.out.send(P.engine_hello(__version__, pid=os.getpid(), host=socket.gethostname(),
+                                     python=platform.python_version(), executable=sys.executable))
+        threading.Thread(target=self._read_loop, name="kvinspect-engine-reader", daemon=True).start()
+        threading.Thread(target=self._heartbeat_loop, name="kvinspect-engine-heartbeat", daemon=True).start()
+        try:
+            first = self.requests.get()
+            if first is None:
+                return 0
+            try:
+                P.check_hello(first, __version__, peer_role="window")
+            except P.ProtocolError as exc:
+                log.error("%s", exc)
+                self.out.send({"type": P.ERROR, "id": first.get("id"), "task": P.HELLO, "message": str(exc)})
+                return P.EXIT_HANDSHAKE
+            self.local = bool(first.get("local", True))
+            while True:
+                req = self.requests.get()
+                if req is None:
+                    break
+                if req.get("type") == P.SHUTDOWN:
+                    self._close_session()
+                    self.out.send({"type": P.BYE, "id": req.get("id")})
+                    break
+                self._dispatch(req)
+        finally:
+            self._done.set()
+            try:
+                self._close_session()
+            except Exception:  # noqa: BLE001 - exiting anyway
+                log.exception("closing the session failed")
+            self.out.close()
+        return 0
+
+    def _read_loop(self) -> None:
+        for raw in self.inp:
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+                if not isinstance(obj, dict):
+                    raise ValueError("not an object")
+            except (ValueError, UnicodeDecodeError):
+                log.warning("ignored a line that is not a JSON object: %r", raw[:120])
+                continue
+            kind = obj.get("type")
+            if kind == P.STOP:
+                self.stop.set()
+            elif kind == P.CANCEL:
+                self.cancel.set()
+            elif kind == P.SHUTDOWN:
+                self.stop.set()
+                self.cancel.set()
+                self.requests.put(obj)
+            elif kind in P.REQUESTS or kind == P.HELLO:
+                # Flags are cleared as a request arrives, in order: a Stop or Cancel sent after it is never lost.
+                self.stop.clear()
+                self.cancel.clear()
+                self.requests.put(obj)
+            else:
+                self.out.send({"type": P.ERROR, "id": obj.get("id"), "task": str(kind),
+                               "message": f"unknown request {kind!r} (engine protocol {P.PROTOCOL_VERSION})"})
+        # End of input: the window is gone. Stop what runs; do not wait for an uninterruptible load.
+        self.stop.set()
+        self.cancel.set()
+        self.requests.put(None)
+        if not self._done.wait(EOF_GRACE_S):
+            log.warning("stdin closed and the engine is still busy (%s): exiting now", self.busy)
+            os._exit(0)
+
+    def _heartbeat_loop(self) -> None:
+        while not self._done.wait(self.heartbeat_s):
+            self.out.send({"type": P.HEARTBEAT, "busy": self.busy, "t": round(time.monotonic() - self._t0, 3)})
+
+    # -- requests -------------------------------------------------------------------------------------
+    def _dispatch(self, req: dict) -> None:
+        kind = req["type"]
+        rid = req.get("id")
+        handler = getattr(self, f"_do_{kind}", None)
+        if handler is None:
+            self.out.send({"type": P.ERROR, "id": rid, "task": kind, "message": f"unexpected {kind!r} request"})
+            return
+        self.busy = kind
+        try:
+            handler(req)
+        except Cancelled:
+            self.out.send({"type": P.CANCELLED, "id": rid, "task": kind})
+        except KvInspectError as exc:
+            self.out.send({"type": P.ERROR, "id": rid, "task": kind, "message": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - a bug: traceback on stderr (the window's log), one line out
+            log.exception("%s failed", kind)
+            what = {P.LOAD: f"could not load {req.get('spec')}", P.FETCH: f"could not fetch {req.get('name')}",
+                    P.COMPARE: "comparison failed"}.get(kind, "internal error")
+            self.out.send({"type": P.ERROR, "id": rid, "task": kind,
+                           "message": f"{what}: {exc_line(exc)} (details in the log)"})
+        finally:
+            self.busy = ""
+
+    def _do_load(self, req: dict) -> None:
+        from kvinspect.core.model.loading import load_model
+        from kvinspect.core.trace.messages import Note, Progress
+
+        def progress(stage: str, frac) -> None:
+            self.out.send(Progress(P.LOAD, stage, None if frac is None else float(frac)))
+
+        loaded = load_model(req["spec"], device=req.get("device") or "auto", dtype=req.get("dtype") or "auto",
+                            trust_remote_code=bool(req.get("trust_remote_code")), progress=progress,
+                            cancel=self.cancel.is_set)
+        # Swap only once the new model is ready: a failed or cancelled load keeps the old one usable.
+        opts = P.options_from_wire(req.get("session"))
+        had_one = self.session is not None
+        self._close_session()
+        self.loaded = None
+        try:
+            session = self._open_session(loaded, opts, req.get("command"))
+        except KvInspectError as exc:
+            if not had_one:
+                raise
+            raise type(exc)(f"{exc} (the previous model was unloaded)") from None
+        self.session, self.loaded = session, loaded
+        # RSS and accelerator figures in this stream are this process's: say which process that is.
+        self.out.send(Note("engine", {"pid": os.getpid(), "host": socket.gethostname(),
+                                      "python": sys.executable, "protocol": P.PROTOCOL_VERSION,
+                                      "memory": "RSS and accelerator memory are the engine process's"}))
+        if self.local:
+            _share_cores()
+        self.out.send({"type": P.LOADED, "id": req.get("id"), "info": {
+            "spec": loaded.spec, "name": loaded.name, "cls": type(loaded.model).__name__, "device": loaded.device,
+            "dtype": loaded.dtype, "n_layers": session.record.n_layers, "load_seconds": loaded.load_seconds,
+            "notes": list(loaded.notes), "pid": os.getpid(),
+        }})
+
+    def _open_session(self, loaded, opts, command):
+        from kvinspect.core.session.chat import ChatSession
+
+        # No trace file here: the stream (header first, tokens, step blocks, turns, events, end) is the
+        # one sink, and the writer thread puts it on stdout. The window writes the autosave.
+        return ChatSession(loaded, opts, sinks=[self.out.send], command=command, flush_every_s=FLUSH_EVERY_S)
+
+    def _close_session(self) -> None:
+        s, self.session = self.session, None
+        if s is not None:
+            s.close()  # the stream's `end` line
+
+    def _do_fetch(self, req: dict) -> None:
+        from kvinspect.core.model.fetch import fetch
+        from kvinspect.core.trace.messages import Progress
+
+        def progress(stage: str, frac) -> None:
+            self.out.send(Progress(P.FETCH, stage, None if frac is None else float(frac)))
+
+        path = fetch(req.get("name") or "smollm2", progress=progress, cancel=self.cancel.is_set)
+        self.out.send({"type": P.FETCHED, "id": req.get("id"), "path": str(path)})
+
+    def _apply_settings(self, req: dict) -> None:
+        from kvinspect.core.session.chat import check_cache_available, check_cache_impl, check_policy
+
+        s = self._session()
+        o = s.options
+        policy = check_policy(req.get("policy") or o.policy)
+        impl = check_cache_impl(req.get("cache_impl") or o.cache_impl)
+        check_cache_available(s.loaded, impl)
+        settings = P.settings_from_wire(req.get("settings"))
+        if settings is not None:
+            settings.validate()
+            o.settings = settings
+        o.policy, o.cache_impl = policy, impl
+        if req.get("system") is not None:
+            o.system = req["system"] or None
+
+    def _session(self):
+        if self.session is None:
+            raise KvInspectError("load a model first")
+        return self.session
+
+    def _do_configure(self, req: dict) -> None:
+        self._apply_settings(req)
+        self.out.send({"type": P.DONE, "id": req.get("id")})
+
+    def _do_turn(self, req: dict) -> None:
+        s = self._session()
+        self._apply_settings(req)
+        # Tokens, step blocks, the turn line and its events reach the window through the session's stream.
+        turn = s.run_turn(req.get("text", ""), should_stop=self.stop.is_set)
+        self.out.send({"type": P.TURN_DONE, "id": req.get("id"), "index": turn.index, "status": turn.status})
+
+    def _do_new_chat(self, req: dict) -> None:
+        if self.session is not None:
+            self.session.reset()
+        self.out.send({"type": P.DONE, "id": req.get("id")})
+
+    def _do_check(self, req: dict) -> None:
+        from kvinspect.core.compare.configs import parse_config, unavailable_reason
+
+        if self.loaded is None:
+            raise KvInspectError("load a model first")
+        for name in req.get("names") or []:
+            try:
+                reason = unavailable_reason(self.loaded, parse_config(name))
+            except KvInspectError as exc:
+                reason = str(exc)
+            except Exception as exc:  # noqa: BLE001 - a failed probe means "not here", with why
+                log.exception("checking %s failed", name)
+                reason = f"could not check: {exc_line(exc)}"
+            self.out.send({"type": P.CHECKED, "id": req.get("id"), "name": name, "reason": reason})
+        self.out.send({"type": P.DONE, "id": req.get("id")})
+
+    def _do_compare(self, req: dict) -> None:
+        from kvinspect.core.compare.report import build_report
+        from kvinspect.core.compare.run import run_compare
+
+        if self.loaded is None:
+            raise KvInspectError("load a model first")
+        plan = P.plan_from_wire(req["plan"])
+        rid = req.get("id")
+
+        def progress(done: int, total: int, message: str) -> None:
+            self.out.send({"type": P.COMPARE_PROGRESS, "id": rid, "done": done, "total": total, "message": message})
+
+        def on_run(result) -> None:
+            self.out.send({"type": P.COMPARE_UPDATE, "id": rid, "report": build_report(result)})
+
+        # The chat session's observer is idle between turns, so nothing of the comparison lands in its stream.
+        result = run_compare(self.loaded, plan, req["out_dir"], progress=progress, cancel=self.cancel.is_set,
+                             on_run=on_run)
+        self.out.send({"type": P.COMPARED, "id": rid, "report": build_report(result), "out_dir": str(result.out_dir)})
+
+
+def _share_cores() -> None:
+    """Run on every core, as ``kvinspect run`` does: the model's speed is the evidence.
+
+    Measured on a 2-core machine under Xvfb (benchmarks/heartbeat.py, window_vs_cli.py): one torch
+    thread left a core to the window (UI p99 16 ms) but decoded at 0.67x the CLI's speed; every core
+    decodes at the CLI's speed with a UI p99 of ~22 ms. A smoother window on a small machine is a
+    choice the user makes: ``KVINSPECT_TORCH_THREADS=N`` sets torch's thread count, and
+    ``KVINSPECT_ENGINE_NICE=N`` lowers the engine's priority (5: UI p99 18 ms, decode ~0.7x).
+    """
+    want = os.environ.get("KVINSPECT_TORCH_THREADS")
+    try:
+        import torch
+
+        if want:
+            torch.set_num_threads(max(1, int(want)))
+    except (ImportError, ValueError, RuntimeError) as exc:
+        log.info("torch threads left as they are: %s", exc)
+    try:
+        nice = int(os.environ.get("KVINSPECT_ENGINE_NICE", "0"))
+        if nice > 0 and hasattr(os, "nice"):
+            os.nice(nice)
+    except (ValueError, OSError) as exc:
+        log.info("engine priority left as it is: %s", exc)

@@ -1,0 +1,181 @@
+"""The engine's stdin/stdout: taken for the protocol at start-up, written by one thread in batches.
+
+:func:`take_stdio` keeps the real stdout (and stdin) for the protocol and points file descriptor 1
+and ``sys.stdout`` at stderr, so whatever else prints (transformers warnings, tqdm, a ``print`` in
+a forward hook, a C library writing to fd 1) lands on stderr, which the window relays to its log.
+The protocol descriptors are not inherited by child processes (``pip download``, the plot renderer).
+
+:class:`LineWriter` owns the protocol stdout. Producers (the generation thread, the heartbeat, the
+request loop) only put messages on a queue and never block on the pipe. One writer thread drains
+the queue, coalesces what piled up (consecutive tokens of a turn into one line, consecutive step
+blocks into one block, heartbeats into the latest) and writes the batch in a single ``write``:
+tokens and step blocks wait up to ``batch_s`` to be batched, replies and trace lines go out at once.
+A window that falls behind therefore makes batches bigger; it never slows the model down.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from typing import IO, Any
+
+import numpy as np
+
+from kvinspect.core.trace.messages import json_default
+
+log = logging.getLogger(__name__)
+
+#: Kinds that may wait a little to be batched with others (everything else is written at once).
+LAZY = frozenset({"token", "steps", "heartbeat", "progress", "compare_progress"})
+
+
+def take_stdio() -> tuple[IO[bytes], IO[bytes]]:
+    """Take fds 0 and 1 for the protocol; return ``(protocol_in, protocol_out)`` (binary).
+
+    Afterwards fd 1 and ``sys.stdout`` are stderr, fd 0 and ``sys.stdin`` are ``/dev/null``.
+    """
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    out_fd = os.dup(1)  # os.dup: not inheritable (PEP 446), so children never write protocol lines
+    in_fd = os.dup(0)
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdout = sys.stderr
+    sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    return os.fdopen(in_fd, "rb"), os.fdopen(out_fd, "wb", buffering=0)
+
+
+def _json_default(o):
+    try:
+        return json_default(o)
+    except TypeError:
+        # Like compare.json's writer: an odd value becomes its text, and the line still goes out.
+        return sorted(o) if isinstance(o, (set, frozenset)) else str(o)
+
+
+def dumps(obj: dict) -> str:
+    return json.dumps(obj, separators=(",", ":"), default=_json_default, ensure_ascii=False)
+
+
+_CLOSE = object()
+
+
+def _kind(item) -> str:
+    if isinstance(item, dict):
+        return str(item.get("type"))
+    return getattr(item, "kind", "?")
+
+
+class LineWriter:
+    """Writes protocol lines to ``f`` from its own thread. ``send`` never blocks.
+
+    Items are control dicts (``{"type": …}``) or stream messages (:mod:`kvinspect.core.trace.messages`),
+    serialised on the writer thread. ``on_broken`` runs (on the writer thread) when the pipe is gone.
+    """
+
+    def __init__(self, f: IO[bytes], *, batch_s: float = 0.02, on_broken=None):
+        self.f = f
+        self.batch_s = batch_s
+        self.on_broken = on_broken
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.lines_written = 0
+        self.writes = 0
+        self.broken = False
+        self._last_write = 0.0
+        self._thread = threading.Thread(target=self._run, name="kvinspect-engine-writer", daemon=True)
+        self._thread.start()
+
+    def send(self, item: Any) -> None:
+        self.q.put(item)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write everything queued so far, then stop the thread."""
+        self.q.put(_CLOSE)
+        self._thread.join(timeout)
+
+    # -- writer thread --------------------------------------------------------------------------------
+    def _run(self) -> None:
+        closing = False
+        while not closing:
+            item = self.q.get()
+            if item is _CLOSE:
+                break
+            if _kind(item) in LAZY:
+                wait = self._last_write + self.batch_s - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+            batch = [item]
+            while True:
+                try:
+                    nxt = self.q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _CLOSE:
+                    closing = True
+                    break
+                batch.append(nxt)
+            try:
+                lines = [self._line(x) for x in coalesce(batch)]
+            except Exception:  # noqa: BLE001 - a bug in one message must not end the stream
+                log.exception("could not serialise a protocol message")
+                lines = []
+                for x in batch:
+                    try:
+                        lines.append(self._line(x))
+                    except Exception:  # noqa: BLE001
+                        log.exception("dropped a %s message", _kind(x))
+            if not lines:
+                continue
+            data = ("\n".join(lines) + "\n").encode("utf-8")
+            try:
+                self.f.write(data)
+            except (BrokenPipeError, OSError, ValueError):
+                self.broken = True
+                log.info("the protocol pipe is closed (the window is gone)")
+                if self.on_broken is not None:
+                    self.on_broken()
+                return
+            self._last_write = time.monotonic()
+            self.writes += 1
+            self.lines_written += len(lines)
+
+    @staticmethod
+    def _line(item) -> str:
+        if isinstance(item, dict):
+            return dumps(item)
+        from kvinspect.core.trace.messages import to_line
+
+        return dumps(to_line(item))
+
+
+def coalesce(batch: list) -> list:
+    """Merge neighbours that mean the same as one: tokens of one turn, contiguous step blocks, heartbeats.
+
+    Order is kept; only adjacent items merge, so a reader sees the same stream, in fewer lines.
+    """
+    from kvinspect.core.trace.messages import Steps, Token
+
+    out: list = []
+    for item in batch:
+        prev = out[-1] if out else None
+        if isinstance(item, Token) and isinstance(prev, Token) and prev.turn == item.turn:
+            out[-1] = Token(prev.turn, prev.text + item.text)
+        elif (isinstance(item, Steps) and isinstance(prev, Steps) and prev.first + prev.n == item.first
+              and prev.cols.keys() == item.cols.keys()):
+            cols = {k: np.concatenate([prev.cols[k], item.cols[k]]) for k in prev.cols}
+            out[-1] = Steps(prev.first, prev.n + item.n, cols)
+        elif isinstance(item, dict) and item.get("type") == "heartbeat":
+            out = [x for x in out if not (isinstance(x, dict) and x.get("type") == "heartbeat")]
+            out.append(item)
+        else:
+            out.append(item)
+    return out
