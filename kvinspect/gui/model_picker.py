@@ -2,8 +2,8 @@
 
 A non-modal dialog: it only collects a :class:`~.worker.LoadRequest`; loading itself runs in
 the engine with progress and Cancel in the main window. Files and folders can be dropped on
-it (and on the main window). Device availability is not probed here, because that would
-import torch on the GUI thread; a device the engine's machine lacks fails the load with one line.
+it (and on the main window). Device availability is not probed here: probing would load torch
+into the window's process. A device the engine's machine lacks fails the load with one line.
 
 "Run on" picks where the engine runs: this machine, or an ssh host (``ssh HOST PYTHON -m kvinspect
 engine`` with the user's own ssh config and keys, :mod:`.remote`). Paths and SmolLM2's fetch state

@@ -1,10 +1,9 @@
-"""Built-in models: load fast, deterministic, and their caches have the layer kinds they claim.
+"""Built-in models: deterministic, and their caches have the layer kinds they claim.
 
 The claim (catalog.layer_kinds) is checked against the cache transformers itself builds from
 the model config, and against what each layer actually stores after a long prefill.
 """
 
-import time
 
 import pytest
 import torch
@@ -52,13 +51,10 @@ def _kw(model):
 
 
 @pytest.mark.parametrize("name", TINY)
-def test_builtin_loads_quickly_and_deterministically(name):
-    load_cached(name)  # imports warm
-    t = time.perf_counter()
+def test_builtin_loads_deterministically(name):
+    # How fast a built-in loads is measured in benchmarks/engine_start.py, never asserted here.
     a = load_model(name, device="cpu")
-    elapsed = time.perf_counter() - t
     b = load_model(name, device="cpu")
-    assert elapsed < 5, f"{name} took {elapsed:.1f}s"
     for (ka, va), (kb, vb) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
         assert ka == kb and torch.equal(va, vb)
     tok = a.tokenizer
