@@ -97,12 +97,16 @@ class TurnPipeline:
     """Step rows, timing, snapshot fields, detectors, checklist and messages of one session's turns."""
 
     def __init__(self, record: TraceRecord, probe: CacheProbe, memory: MemorySampler,
-                 sinks: Iterable[Sink] = (), *, flush_every_s: float = 0.5, max_positions: int | None = None):
+                 sinks: Iterable[Sink] = (), *, flush_every_s: float = 0.5, max_positions: int | None = None,
+                 owns_peak: bool = True):
         self.record = record
         self.probe = probe
         self.memory = memory
         self.stream = Stream(record, sinks)
         self.max_positions = max_positions
+        # Resetting the CUDA peak counter each turn is kvinspect's own loop's to do: in an observed
+        # program the counter is the user's, so there the peak is the highest sample instead.
+        self.owns_peak = owns_peak
         self.turn: TurnRecord | None = None
         self.samples: list[StepSample] = []
         self._flush_every = flush_every_s
@@ -112,7 +116,8 @@ class TurnPipeline:
     def begin(self, turn: TurnRecord) -> None:
         self.turn = turn
         self.samples = []
-        self.memory.reset_peak()
+        if self.owns_peak:
+            self.memory.reset_peak()
         self.stream.turn_started(turn)
 
     def step(self, s: StepSample) -> int:
@@ -170,7 +175,8 @@ class TurnPipeline:
         turn.prefill_tokens = samples[0].q_len if samples else 0
         turn.end_step = rec.n_steps
         turn.peak_rss = max((s.rss for s in samples), default=0) or self.memory.rss_now()
-        turn.peak_accel_bytes = max(self.memory.peak(), max((s.accel_allocated for s in samples), default=0))
+        sampled = max((s.accel_allocated for s in samples), default=0)
+        turn.peak_accel_bytes = max(self.memory.peak(), sampled) if self.owns_peak else sampled
         cache_ids = [s.cache_id for s in samples if s.cache_id]
         turn.cache_id = cache_ids[-1] if cache_ids else (snapshot.cache_id if snapshot is not None else 0)
         turn.cache_class = snapshot.cache_class if snapshot is not None else "None"
