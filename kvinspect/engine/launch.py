@@ -13,6 +13,10 @@ import sys
 #: The ssh client command line for a remote engine, split like a shell (like ``GIT_SSH_COMMAND``):
 #: for example ``ssh -F ~/.ssh/kvinspect_config`` or ``ssh -J jumphost``. Default ``ssh``.
 SSH_COMMAND_ENV = "KVINSPECT_SSH_COMMAND"
+#: The local engine's command line, split like a shell, instead of ``python -m kvinspect engine``:
+#: a wrapper such as ``nice -n 5 python -m kvinspect engine``, a container, or the test suite's
+#: fork server (tests/engine_zygote.py). Remote engines are not affected.
+ENGINE_COMMAND_ENV = "KVINSPECT_ENGINE_COMMAND"
 
 
 def ssh_command() -> list[str]:
@@ -35,7 +39,8 @@ def engine_command(host: str | None = None, python: str | None = None) -> list[s
     Returns
     -------
     list[str]
-        Local: ``[python, "-m", "kvinspect", "engine"]`` (frozen: ``[sys.executable, "engine"]``).
+        Local: ``[python, "-m", "kvinspect", "engine"]`` (frozen: ``[sys.executable, "engine"]``;
+        ``$KVINSPECT_ENGINE_COMMAND`` when set).
         Remote: ``["ssh", "-T", "-o", "BatchMode=yes", host, python or "python3", "-m", "kvinspect", "engine"]``,
         where ``ssh`` is :func:`ssh_command` (``$KVINSPECT_SSH_COMMAND``). The remote shell runs
         ``python``, so ``~/venv/bin/python`` works there.
@@ -44,6 +49,9 @@ def engine_command(host: str | None = None, python: str | None = None) -> list[s
         return [*ssh_command(), "-T", "-o", "BatchMode=yes", host, python or "python3", "-m", "kvinspect", "engine"]
     if python:
         return [python, "-m", "kvinspect", "engine"]
+    override = os.environ.get(ENGINE_COMMAND_ENV, "").strip()
+    if override:
+        return shlex.split(override)
     if getattr(sys, "frozen", False):
         return [sys.executable, "engine"]
     return [sys.executable, "-m", "kvinspect", "engine"]

@@ -1,11 +1,42 @@
 """GUI fixtures. Platform: offscreen by default (see tests/conftest.py), xcb under pytest-xvfb."""
 
 import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 LOAD_TIMEOUT_MS = 120_000
 TURN_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture(scope="session")
+def _engine_zygote():
+    """The fork server the windows' engines start from (tests/engine_zygote.py), or None.
+
+    ``KVINSPECT_TEST_ZYGOTE=0`` starts every engine as a plain ``python -m kvinspect engine``.
+    """
+    if os.environ.get("KVINSPECT_TEST_ZYGOTE", "1") == "0" or not hasattr(os, "fork"):
+        yield None
+        return
+    script = Path(__file__).resolve().parent.parent / "engine_zygote.py"
+    sock = os.path.join(tempfile.mkdtemp(prefix="kvz-"), "s")
+    proc = subprocess.Popen([sys.executable, str(script), "serve", sock], stdout=subprocess.PIPE, text=True)
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        pytest.fail("the engine fork server did not start (tests/engine_zygote.py)")
+    yield f"{sys.executable} -S {script} connect {sock}"
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def _zygote_engines(_engine_zygote, monkeypatch, request):
+    # Tests about the process tree itself (who is whose child) mark themselves plain_engine.
+    if _engine_zygote and request.node.get_closest_marker("plain_engine") is None:
+        monkeypatch.setenv("KVINSPECT_ENGINE_COMMAND", _engine_zygote)
 
 
 @pytest.fixture(autouse=True)
