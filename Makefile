@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 COMPAT_VENV ?= .venv-tf456
 COMPAT_TRANSFORMERS ?= transformers==4.56.2
 
-.PHONY: setup run fetch lint test test-xvfb test-compat screenshot bench clean
+.PHONY: setup run fetch lint test test-xvfb test-compat screenshot bench clean fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# gemma3-270m (the hybrid demo, ~240 MB + a 1.1 GB conversion on first load) is opt-in:
+# `make fetch FETCH_MODELS="smollm2 gemma3-270m"`; its tests skip without it (KVINSPECT_REQUIRE_GEMMA3=1 fails instead).
+FETCH_MODELS ?= smollm2
 fetch: setup
-	$(VENV)/bin/kvinspect models fetch smollm2
+	for m in $(FETCH_MODELS); do $(VENV)/bin/kvinspect models fetch $$m || exit 1; done
 
 run: fetch
 	$(VENV)/bin/kvinspect --model smollm2
@@ -36,9 +39,14 @@ lint: setup
 test: fetch lint
 	QT_QPA_PLATFORM=offscreen KVINSPECT_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -p no:xvfb $(PYTEST_ARGS)
 
-# The GUI tests again on a real X server (pytest-xvfb starts Xvfb); asserts the xcb plugin loaded.
+# The GUI tests that draw, take input or time the UI, again on a real X server (pytest-xvfb starts
+# Xvfb); asserts the xcb plugin loaded. Left out: tests of processes and files (engine death, ssh,
+# follow) and of the image renderers, which always draw offscreen in a child (kvinspect/child_render.py).
+XVFB_TESTS ?= tests/gui/test_window_smoke.py tests/gui/test_window.py tests/gui/test_plots.py \
+	tests/gui/test_stall.py tests/gui/test_scripted.py tests/gui/test_viewer.py tests/gui/test_export.py \
+	tests/gui/test_tokens_panel.py tests/gui/test_desktop_conventions.py tests/gui/test_qt_guard.py
 test-xvfb: setup
-	env -u QT_QPA_PLATFORM KVINSPECT_EXPECT_PLATFORM=xcb $(PY) -m pytest -q tests/gui $(PYTEST_ARGS)
+	env -u QT_QPA_PLATFORM KVINSPECT_EXPECT_PLATFORM=xcb $(PY) -m pytest -q $(XVFB_TESTS) $(PYTEST_ARGS)
 
 # The core tests against the oldest supported transformers, in its own venv (its hub pin differs).
 $(COMPAT_VENV)/.installed: pyproject.toml
@@ -55,6 +63,12 @@ screenshot: fetch
 	QT_QPA_PLATFORM=offscreen $(VENV)/bin/kvinspect gui --model tiny-gemma3 --script resources/scripts/demo.json \
 		--screenshot artifacts/window.png --exit-when-done
 
+# Hostile input, longer: the hypothesis suite at 20x its CI examples, then the seeded corpus over every
+# command (docs/errors.md). `make test` runs the suite at CI size.
+fuzz: setup
+	QT_QPA_PLATFORM=offscreen KVINSPECT_FUZZ=fuzz $(PY) -m pytest -q -p no:xvfb tests/fuzz $(PYTEST_ARGS)
+	$(PY) -m tests.fuzz.corpus
+
 # Figures, not assertions (README: Tests and CI). The last three need SmolLM2 and Xvfb (apt-get install xvfb).
 bench: fetch
 	$(PY) benchmarks/observer_overhead.py
@@ -65,3 +79,31 @@ bench: fetch
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info
+
+# -- Packaging (issue 19, docs/packaging.md) ------------------------------------------------------
+# `make wheel-smoke`: build the wheel and sdist, install the wheel into a fresh venv that cannot see
+# the checkout, run the smoke test there. `make bundle`: the PyInstaller one-folder desktop bundle
+# in dist/bundle/kvinspect and its smoke test (not in CI: see docs/packaging.md for the figures).
+DIST ?= dist
+
+.PHONY: wheel wheel-smoke uv-tool-smoke bundle desktop-validate
+
+wheel: setup
+	rm -f $(DIST)/kvinspect-*.whl $(DIST)/kvinspect-*.tar.gz
+	$(PY) -m build --outdir $(DIST) .
+
+wheel-smoke: wheel
+	PYTHON=$(PYTHON) TORCH='$(TORCH)' bash packaging/smoke_wheel.sh $(DIST)
+
+uv-tool-smoke: setup  # the wheel wheel-smoke built, or a new one
+	ls $(DIST)/kvinspect-*.whl >/dev/null 2>&1 || $(MAKE) wheel
+	PYTHON=$(PYTHON) bash packaging/smoke_uv_tool.sh $(DIST)
+
+desktop-validate:
+	desktop-file-validate packaging/kvinspect.desktop
+
+bundle: setup
+	$(PY) -c "import PyInstaller" 2>/dev/null || $(PY) -m pip install -q 'pyinstaller>=6.10'  # the bundle extra
+	$(PY) -m PyInstaller --noconfirm --log-level WARN --distpath $(DIST)/bundle --workpath build/pyinstaller \
+		packaging/kvinspect.spec
+	bash packaging/smoke_bundle.sh $(DIST)/bundle/kvinspect

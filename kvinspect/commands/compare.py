@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .common import add_model_args, claim_out_dir, progress_printer
+from .common import ClaimedOut, add_model_args, claim_out_dir, out_arg, progress_printer
 
 SECTIONS_HELP = ("With --turns-until-failure or --prompt-lengths only those sections run; add --conversation "
                  "to run the scripted comparison too.")
@@ -51,6 +51,8 @@ def add_parser(sub) -> None:
                    help="a Jinja chat template replacing the tokenizer's")
     p.add_argument("--compile-mode", default=None, metavar="MODE",
                    help="torch.compile mode for static+compile (default: reduce-overhead on CUDA, default elsewhere)")
+    p.add_argument("--baseline", default=None, metavar="NAME",
+                   help="the configuration whose greedy replies the others must equal (default: the first)")
     p.add_argument("--no-plots", action="store_true", help="skip the plot images")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-turn progress lines")
 
@@ -95,12 +97,16 @@ def build_plan(args, argv: list[str] | None = None):
         raise ScriptError("--script is needed (the conversation to compare); only --prompt-lengths works without one")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ScriptError("--max-new-tokens must be positive")
+    if args.compile_mode is not None and args.compile_mode not in COMPILE_MODES:
+        raise ScriptError(f"--compile-mode {args.compile_mode!r} is not a torch.compile mode: "
+                          f"{', '.join(COMPILE_MODES)}")
     plan = ComparePlan(
         configs=configs, script=script, repeat=args.repeat, warmup=args.warmup, conversation=conversation,
         turns_until_failure=args.turns_until_failure, prompt_lengths=lengths, max_cache_len=args.max_cache_len,
         max_new_tokens=args.max_new_tokens, compile_mode=args.compile_mode,
         script_name=Path(args.script).name if args.script else None,
         command=["kvinspect", *(argv if argv is not None else sys.argv[1:])],
+        baseline=_baseline_name(args.baseline),
     )
     if args.chat_template:
         from ..core.session.options import read_chat_template
@@ -110,16 +116,40 @@ def build_plan(args, argv: list[str] | None = None):
     return plan.validate()
 
 
-def prepare_out(out: Path, overwrite: bool) -> None:
-    from ..core.compare.report import JSON_NAME, PLOTS_DIR
+def _baseline_name(text: str | None) -> str | None:
+    """--baseline in the canonical spelling the configurations get (``reuse:static`` is ``static``)."""
+    if text is None:
+        return None
+    from ..core.compare.configs import parse_configs
+    from ..core.errors import ScriptError
+
+    found = parse_configs(text)
+    if len(found) != 1:
+        raise ScriptError(f"--baseline names one configuration, got {text!r}")
+    return found[0].name
+
+
+#: torch.compile's modes (torch._inductor's list; a wrong one is a RuntimeError after the model loaded).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def prepare_out(out: Path, overwrite: bool) -> ClaimedOut:
+    from ..core.compare.report import JSON_NAME, MD_NAME, PLOTS_DIR
     from ..core.compare.run import RUNS_DIR
 
     def earlier(d: Path) -> list[Path]:
         if not ((d / JSON_NAME).exists() or any((d / RUNS_DIR).glob("*"))):
             return []
-        return [p for p in (d / RUNS_DIR, d / PLOTS_DIR) if p.exists()] or [d / JSON_NAME]
+        return [p for p in (d / RUNS_DIR, d / PLOTS_DIR, d / JSON_NAME, d / MD_NAME) if p.exists()]
 
-    claim_out_dir(out, earlier, "a comparison", overwrite)
+    if out.is_dir() and not earlier(out) and any(not q.name.startswith(".") for q in out.iterdir()):
+        from ..core.errors import ScriptError
+
+        # Files of another kind there would be overwritten by compare.json, compare.md, plots/ …
+        raise ScriptError(f"--out {out} is not empty and holds no earlier comparison; give a new or empty folder "
+                          f"so nothing there is overwritten")
+    return claim_out_dir(out, earlier, "a comparison", overwrite,
+                         owns=lambda n: n in (RUNS_DIR, PLOTS_DIR, JSON_NAME, MD_NAME))
 
 
 class _Interrupt:
@@ -160,17 +190,19 @@ def main(args, argv) -> int:
 
     plan = build_plan(args, argv)
     resolve_spec(args.model)  # fail fast, before torch is imported
-    out = Path(args.out)
-    prepare_out(out, args.overwrite)
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                        progress=None if args.quiet else progress_printer("loading " + args.model))
+    out = out_arg(args.out)
 
     def progress(done: int, total: int, message: str) -> None:
         if not args.quiet:
             print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
 
-    with _Interrupt() as interrupted:
-        result = run_compare(loaded, plan, out, progress=progress, cancel=interrupted)
+    # With --overwrite the earlier comparison comes back unless this one's measurements reach the disk.
+    with prepare_out(out, args.overwrite) as claimed:
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                            progress=None if args.quiet else progress_printer("loading " + args.model))
+        with _Interrupt() as interrupted:
+            result = run_compare(loaded, plan, out, progress=progress, cancel=interrupted)
+        claimed.replaced()
     files = write_report(result, out, plots=not args.no_plots, renderer=render_in_child)
     text = summary_text(result)
     if text:

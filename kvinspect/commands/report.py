@@ -19,10 +19,25 @@ def main(args, argv) -> int:
     import shlex
 
     from ..child_render import render_in_child
+    from ..core.errors import RuntimeFault, runtime_fault
     from ..core.report.bundle import write_report
+    from .common import out_arg
 
-    res = write_report(args.trace, args.out, redact=args.redact, plots_enabled=not args.no_plots,
-                       renderer=render_in_child)
+    out = out_arg(args.out)
+    before = _files(out)
+    created = not out.exists()
+    try:
+        res = write_report(args.trace, out, redact=args.redact, plots_enabled=not args.no_plots,
+                           renderer=render_in_child)
+    except OSError as exc:
+        fault = runtime_fault(exc)
+        if fault is None:
+            raise
+        # A full disk under --out is the target's fault, not the trace's: say where, and leave no
+        # half-written bundle behind (an earlier bundle there was already being replaced).
+        _remove_new(out, before, created)
+        raise RuntimeFault(f"cannot write the report into {out}: {exc.strerror or exc}; the partial bundle "
+                           f"was removed") from None
     for n in res.trace_notes:
         print(f"trace: {n}")
     print(f"report: {res.report}")
@@ -33,3 +48,26 @@ def main(args, argv) -> int:
         where = res.reproduction.run_in or res.out_dir
         print(f"reproduce, from {where}: {shlex.join(res.reproduction.command)}")
     return 0
+
+
+def _files(out) -> set:
+    try:
+        return {p.name for p in out.iterdir()} if out.is_dir() else set()
+    except OSError:
+        return set()
+
+
+def _remove_new(out, before: set, created: bool) -> None:
+    import shutil
+
+    for name in _files(out) - before:
+        p = out / name
+        try:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        except OSError:
+            pass
+    if created:
+        try:
+            out.rmdir()
+        except OSError:
+            pass

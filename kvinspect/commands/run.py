@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.session.options import apply_script_overrides, check_fixed_choice, session_options
-from .common import add_model_args, add_session_args, claim_out_dir, progress_printer
+from .common import ClaimedOut, add_model_args, add_session_args, claim_out_dir, out_arg, progress_printer
 
 
 def add_parser(sub) -> None:
@@ -31,16 +31,12 @@ def main(args, argv) -> int:
     opts = session_options(args)
     check_fixed_choice(opts)
     resolve_spec(args.model)  # fail fast, before torch is imported
-    out = Path(args.out)
-    created = prepare_out(out, Path(args.script), args.overwrite)
-    try:
+    out = out_arg(args.out)
+    claimed = prepare_out(out, Path(args.script), args.overwrite)
+    with claimed:  # with --overwrite: the earlier run comes back unless this one gets a turn on disk
         loaded = load_model(args.model, device=args.device, dtype=args.dtype,
                             trust_remote_code=args.trust_remote_code, progress=progress_printer("loading " + args.model))
         check_cache_available(loaded, opts.cache_impl)
-    except BaseException:
-        if created and not any(out.iterdir()):
-            out.rmdir()  # nothing ran: leave no empty folder behind
-        raise
     stream = not args.quiet
 
     def on_turn_start(i, text):
@@ -54,13 +50,15 @@ def main(args, argv) -> int:
             print(t, end="", flush=True)
 
     def on_turn(turn):
+        claimed.replaced()  # this run's first turn is on disk: the earlier run is replaced
         if stream:
             print()
         if turn.status == "failed":
             print(f"turn {turn.index + 1} failed: {turn.error}", flush=True)
 
-    res = run_script(loaded, script, args.out, opts, command=reproduce_command(args), on_token=on_token,
-                     on_turn_start=on_turn_start, on_turn=on_turn)
+    with claimed:  # an exception before the first turn was written: the earlier run stays as it was
+        res = run_script(loaded, script, out, opts, command=reproduce_command(args), on_token=on_token,
+                         on_turn_start=on_turn_start, on_turn=on_turn)
     rec = res.record
     print()
     print(turn_table(rec))
@@ -77,7 +75,7 @@ def one_line(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + f"… ({len(text):,} chars)"
 
 
-def prepare_out(out: Path, script: Path, overwrite: bool) -> bool:
+def prepare_out(out: Path, script: Path, overwrite: bool) -> ClaimedOut:
     """``--out`` claimed for a run (see :func:`claim_out_dir`); never the folder the script is read from."""
     from ..core.errors import ScriptError
     from ..core.session.runner import SCRIPT_NAME, SUMMARY_NAME
@@ -89,8 +87,13 @@ def prepare_out(out: Path, script: Path, overwrite: bool) -> bool:
     for name in (TRACE_NAME, SUMMARY_NAME, SCRIPT_NAME):
         if (out / name).is_dir():
             raise ScriptError(f"{out / name} is a folder; choose another --out")
-    return claim_out_dir(out, lambda d: [d / n for n in (TRACE_NAME, SUMMARY_NAME) if (d / n).exists()],
-                         "a run", overwrite)
+
+    def earlier(d: Path) -> list[Path]:
+        if not any((d / n).exists() for n in (TRACE_NAME, SUMMARY_NAME)):
+            return []
+        return [d / n for n in (TRACE_NAME, SUMMARY_NAME, SCRIPT_NAME) if (d / n).exists()]
+
+    return claim_out_dir(out, earlier, "a run", overwrite, owns=lambda n: n in (TRACE_NAME, SUMMARY_NAME, SCRIPT_NAME))
 
 
 def _exit_code(rec, fail_on_problems: bool) -> int:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import KvInspectError, runtime_fault
-from .common import claim_out_dir
+from .common import ClaimedOut, claim_out_dir, out_arg
 
 DEFAULT_ROOT = "kvinspect-traces"
 
@@ -67,17 +67,31 @@ def main(args, argv) -> int:
     if not cmd:
         raise TraceCommandError("nothing to run: kvinspect trace [--out DIR] -- python my_script.py ARGS")
     _check_program(cmd)
-    out, created = _out_dir(args.out, args.overwrite)
+    claimed = _out_dir(args.out, args.overwrite)
+    out = claimed.path
     env = _child_env(out)
     shown = shlex.join(cmd)
     print(f"kvinspect: tracing `{shown}` → {out}", file=sys.stderr, flush=True)
     try:
-        rc = _run(cmd, env)
+        with claimed:
+            rc = _run(cmd, env)
     except TraceCommandError:
-        if created:
+        if claimed.created:
             _remove_empty(out)
         raise
-    return _report(out, created, shown, rc, quiet=args.quiet)
+    status = f"exit code {rc}" if rc else "exited normally"
+    # A trace is written at a model's first forward pass: then it replaces the earlier ones. A program
+    # that never ran a model (a bad model path, a crash while loading) leaves them as they were.
+    if not any(out.glob("trace*.jsonl")):
+        kept = " (the earlier traces there are kept)" if claimed.aside is not None else ""
+        claimed.abandon()
+        print(f"kvinspect: nothing observed: `{shown}` ({status}) ran no forward pass of a transformers causal LM, "
+              f"so no trace was written{kept}", file=sys.stderr)
+        if claimed.created:
+            _remove_empty(out)
+        return rc
+    claimed.replaced()
+    return _report(out, shown, status, rc, quiet=args.quiet)
 
 
 def _check_program(cmd: list[str]) -> None:
@@ -95,9 +109,9 @@ def _check_program(cmd: list[str]) -> None:
         raise ProgramNotFound(f"command not found: {exe}")
 
 
-def _out_dir(given: str | None, overwrite: bool = False) -> tuple[Path, bool]:
-    if given:
-        out = Path(given)
+def _out_dir(given: str | None, overwrite: bool = False) -> ClaimedOut:
+    if given is not None:
+        out = out_arg(given, error=TraceCommandError)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(DEFAULT_ROOT) / stamp
@@ -105,9 +119,10 @@ def _out_dir(given: str | None, overwrite: bool = False) -> tuple[Path, bool]:
         while out.exists():
             out = Path(DEFAULT_ROOT) / f"{stamp}-{n}"
             n += 1
-    created = claim_out_dir(out, lambda d: [*d.glob("trace*.jsonl"), *d.glob("summary*.json")], "a trace",
+    claimed = claim_out_dir(out, lambda d: [*d.glob("trace*.jsonl"), *d.glob("summary*.json")], "a trace",
                             overwrite, TraceCommandError)
-    return out.resolve(), created
+    claimed.path = out.resolve()  # the child's trace folder, whatever its working directory
+    return claimed
 
 
 def _child_env(out: Path) -> dict:
@@ -147,20 +162,13 @@ def _run(cmd: list[str], env: dict) -> int:
     return 128 - rc if rc < 0 else rc  # killed by signal N: the shell's 128 + N
 
 
-def _report(out: Path, created: bool, shown: str, rc: int, quiet: bool) -> int:
+def _report(out: Path, shown: str, status: str, rc: int, quiet: bool) -> int:
     from ..core.report.tables import events_text, turn_table
     from ..core.trace.summary import write_summary
     from ..core.trace.tracefile import read_trace
 
     traces = sorted(out.glob("trace*.jsonl"), key=lambda p: (p.name != "trace.jsonl", p.name))
     err = sys.stderr
-    status = f"exit code {rc}" if rc else "exited normally"
-    if not traces:
-        print(f"kvinspect: nothing observed: `{shown}` ({status}) ran no forward pass of a transformers causal LM, "
-              f"so no trace was written", file=err)
-        if created:
-            _remove_empty(out)
-        return rc
     for path in traces:
         try:
             rec = read_trace(path)
@@ -169,7 +177,15 @@ def _report(out: Path, created: bool, shown: str, rc: int, quiet: bool) -> int:
             continue
         summary = path.with_name("summary.json" if path.name == "trace.jsonl"
                                  else "summary" + path.name[len("trace"):-len(".jsonl")] + ".json")
-        write_summary(summary, rec)
+        try:
+            write_summary(summary, rec)
+        except OSError as exc:  # a full disk: say so, and still pass on the program's own exit code
+            print(f"kvinspect: cannot write {summary}: {exc.strerror or exc}", file=err)
+            try:
+                summary.unlink(missing_ok=True)  # no half-written summary
+            except OSError:
+                pass
+            summary = None
         if not quiet:
             model = (rec.header.get("model") or {}).get("name") or "model"
             print(f"\n── {model} ({rec.header.get('model', {}).get('class', '')}): {len(rec.turns)} turn(s), "
@@ -181,14 +197,15 @@ def _report(out: Path, created: bool, shown: str, rc: int, quiet: bool) -> int:
             print(events_text(rec), file=err)
             for note in rec.notes:
                 print(f"note: {note}", file=err)
-        print(f"trace: {path}\nsummary: {summary}", file=err)
+        print(f"trace: {path}" + (f"\nsummary: {summary}" if summary else ""), file=err)
     print(f"kvinspect: `{shown}` {status}; open the trace with: kvinspect view {out}", file=err)
     return rc
 
 
 def _remove_empty(out: Path) -> None:
     try:
-        out.rmdir()
+        if out.exists():
+            out.rmdir()
         if out.parent.name == DEFAULT_ROOT:
             out.parent.rmdir()  # ./kvinspect-traces when this was its only run
     except OSError:

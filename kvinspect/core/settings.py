@@ -6,7 +6,8 @@ a key that is unknown or of the wrong type is dropped with a warning, so an old 
 hand-edited file never stops the window from opening. Window geometry is plain data here
 (numbers and a base64 string), not QSettings, so the core can read and test it without Qt.
 
-``KVINSPECT_THEME`` (``dark``/``light``) overrides the stored theme for one run.
+``KVINSPECT_THEME`` (``system``/``dark``/``light``) overrides the stored theme for one run. ``system``
+(the default) follows the desktop's colour scheme; the GUI resolves it (``gui/theme.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ log = logging.getLogger(__name__)
 
 SETTINGS_VERSION = 1
 FILE_NAME = "settings.json"
-THEMES = ("dark", "light")
+THEMES = ("system", "dark", "light")
+#: The traces File → Open recent lists, newest first.
+RECENT_TRACES_MAX = 10
 RUN_ON = ("local", "ssh")
 #: Keys that earlier files may hold but that mean nothing any more: read without a warning and
 #: never written again. ``top_k`` and ``recent_models`` (until 0.1): the window had no control for
@@ -51,7 +54,7 @@ class Settings:
     """Everything the window remembers between runs. Field names are the JSON keys."""
 
     version: int = SETTINGS_VERSION
-    theme: str = "dark"
+    theme: str = "system"  # follow the desktop's light/dark scheme; "dark"/"light" pin one
     # model picker
     model: str = ""  # last model spec loaded successfully: the picker's preset
     device: str = "auto"
@@ -70,6 +73,7 @@ class Settings:
     top_p: float = 1.0
     seed: int = 0
     picked_layers: list[int] = field(default_factory=list)
+    recent_traces: list[str] = field(default_factory=list)  # absolute paths, newest first (File → Open recent)
     window: WindowGeometry = field(default_factory=WindowGeometry)
 
     def remember_model(self, spec: str) -> None:
@@ -77,6 +81,15 @@ class Settings:
         spec = spec.strip()
         if spec:
             self.model = spec
+
+    def remember_trace(self, path: str | os.PathLike) -> None:
+        """Put ``path`` first in :attr:`recent_traces` (once; the oldest beyond :data:`RECENT_TRACES_MAX` go)."""
+        p = os.path.abspath(os.fspath(path))
+        self.recent_traces = [p, *(q for q in self.recent_traces if q != p)][:RECENT_TRACES_MAX]
+
+    def forget_trace(self, path: str | os.PathLike) -> None:
+        p = os.path.abspath(os.fspath(path))
+        self.recent_traces = [q for q in self.recent_traces if q != p]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -151,8 +164,8 @@ def _fill(obj, data: dict, where: str, problems: list[str]) -> None:
 
 def _sanitise(s: Settings, problems: list[str]) -> None:
     if s.theme not in THEMES:
-        problems.append(f"theme: {s.theme!r} is not one of {', '.join(THEMES)}, using dark")
-        s.theme = "dark"
+        problems.append(f"theme: {s.theme!r} is not one of {', '.join(THEMES)}, following the system")
+        s.theme = "system"
     if s.run_on not in RUN_ON:
         problems.append(f"run_on: {s.run_on!r} is not one of {', '.join(RUN_ON)}, using local")
         s.run_on = "local"
@@ -165,6 +178,7 @@ def _sanitise(s: Settings, problems: list[str]) -> None:
             setattr(s, name, 1.0)
     s.top_p = min(s.top_p, 1.0)
     s.picked_layers = sorted({i for i in s.picked_layers if i >= 0})[:8]
+    s.recent_traces = list(dict.fromkeys(q for q in s.recent_traces if q))[:RECENT_TRACES_MAX]  # once each
     s.window.width = max(int(s.window.width), 640)
     s.window.height = max(int(s.window.height), 480)
     s.version = SETTINGS_VERSION

@@ -80,6 +80,8 @@ def run_from_args(args, argv: list[str] | None = None) -> int:
         from ..core.errors import ScriptError
 
         raise ScriptError("--screenshot and --exit-when-done need --model (and usually --script)")
+    if args.screenshot is not None:
+        check_screenshot_path(args.screenshot)
 
     from ..core.settings import load_settings
     from .reporting import configure_logging, install_excepthook
@@ -119,6 +121,26 @@ def run_from_args(args, argv: list[str] | None = None) -> int:
     code = app.exec()
     _report_modules()
     return code
+
+
+def check_screenshot_path(value: str) -> None:
+    """Refuse a ``--screenshot`` path that cannot be written before the window opens (one line, exit 2)."""
+    from pathlib import Path
+
+    from ..core.errors import ScriptError
+
+    if not value.strip():
+        raise ScriptError("--screenshot is empty; give a .png path")
+    p = Path(value).expanduser()
+    if p.is_dir():
+        raise ScriptError(f"--screenshot {value} is a folder; give a .png path")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ScriptError(f"--screenshot {value}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK):
+                raise ScriptError(f"--screenshot {value}: cannot write in {parent}")
+            break
 
 
 def _report_modules() -> None:

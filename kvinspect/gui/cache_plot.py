@@ -56,12 +56,32 @@ class HeatmapLane:
         self.regions = RegionsItem(th.DARK.region)
         self.regions.setZValue(5)
         self.plot.addItem(self.regions, ignoreBounds=True)
+        # Rows of layers with no token axis (recurrent state, KV-shared): "stored" would read as an empty 0,
+        # so they are hatched in their kind's colour across the whole lane instead.
+        self.no_tokens = {k: RegionsItem(th.KIND_COLORS[k] + "55") for k in ("state", "shared")}
+        for item in self.no_tokens.values():
+            item.setZValue(4)
+            self.plot.addItem(item, ignoreBounds=True)
         self.n_layers = 0
         self._tick_h = -1.0
+        self._no_token_rows: dict[str, list[int]] = {}
+        self._no_token_span = None
+
+    def _mark_no_tokens(self, kinds: list[str]) -> None:
+        self._no_token_rows = {k: [i for i, x in enumerate(kinds) if th.kind_base(x) == k] for k in self.no_tokens}
+        self._no_token_span = None
+
+    def _draw_no_tokens(self, x0: float, width: float) -> None:
+        if self._no_token_span == (x0, width):
+            return
+        self._no_token_span = (x0, width)
+        for k, item in self.no_tokens.items():
+            item.set_rects([QtCore.QRectF(x0, i, width, 1) for i in self._no_token_rows.get(k, [])])
 
     def reset(self, record) -> None:
         self.n_layers = record.n_layers
         self.axis.set_kinds(layer_kinds(record))
+        self._mark_no_tokens(layer_kinds(record))
         self.axis.setTicks(layer_ticks(self.n_layers, self.plot.getViewBox().height()))
         self.plot.setYRange(0, max(self.n_layers, 1), padding=0)
         self.img.clear()
@@ -70,6 +90,7 @@ class HeatmapLane:
 
     def update_kinds(self, record) -> None:
         self.axis.set_kinds(layer_kinds(record))
+        self._mark_no_tokens(layer_kinds(record))
 
     def refresh(self, s: RecordSeries, a: float, b: float, cols: int) -> int:
         """Draw steps ``a``…``b``; returns the top of the colour scale (the largest stored length in view).
@@ -92,6 +113,7 @@ class HeatmapLane:
         top = max(int(hi.max()), 1)
         self.img.setImage(hi, levels=(0, top), autoLevels=False)
         self.img.setRect(QtCore.QRectF(x0, 0, len(hi) * stride, self.n_layers))
+        self._draw_no_tokens(float(x0), float(len(hi) * stride))
         return top
 
     def set_regions(self, spans: list[tuple[float, float, int, int]]) -> None:

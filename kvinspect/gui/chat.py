@@ -314,7 +314,16 @@ class ChatPanel(QtWidgets.QWidget):
                 pass
 
 
+#: Characters of one message the replay shows: laying out megabytes of text freezes the window
+#: for minutes (a 5 MB turn in a hostile trace); the trace and a report keep all of it.
+SHOWN_CHARS = 20_000
+
+
 def _para(text: str) -> str:
+    more = len(text) - SHOWN_CHARS
+    if more > 0:
+        return (html.escape(text[:SHOWN_CHARS]).replace("\n", "<br>")
+                + f" <i>… {more:,} more characters not shown (the trace keeps them)</i>")
     return html.escape(text).replace("\n", "<br>")
 
 

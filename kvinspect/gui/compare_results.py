@@ -18,12 +18,24 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from ..core.paths import data_dir
 from ..core.units import fmt_bytes
 from . import theme as th
+from .accessibility import name as _name
 
 KEEP_RUNS = 10  # comparison folders kept under data_dir()/compare (each run's traces live there)
 COLUMNS = ("configuration", "status", "TTFT", "conversation", "decode tok/s", "prefill / turn", "peak KV",
-           "peak memory", "failed / why")
+           "peak memory", "same replies", "failed / why")
+SAME_COL, FAIL_COL = 8, 9
 FIGURE_TITLES = {"latency_per_turn": "Latency per turn", "memory_per_turn": "Memory per turn",
                  "stress": "Stress", "prompt_lengths": "Prompt lengths"}
+#: What a screen reader says about each figure's plot (its accessible description).
+FIGURE_DESCRIPTIONS = {
+    "latency_per_turn": "Per configuration and turn: time to first token and turn latency, median with "
+                        "min–max bars over repeats; x marks a failed turn",
+    "memory_per_turn": "Per configuration and turn: peak bytes of the K/V tensors and peak memory",
+    "stress": "Per configuration: tokens in the conversation after each turn of a long conversation, until it "
+              "fails (x) or reaches the last turn",
+    "prompt_lengths": "Per configuration, by prompt length: time to first token, turn latency and decode tokens "
+                      "per second",
+}
 
 
 def compare_dir(model_name: str) -> Path:
@@ -59,12 +71,13 @@ def table_rows(data: dict) -> list[list[str]]:
     from ..core.compare.markdown import fmt_rate, fmt_s
 
     rows = []
+    same = same_replies(data.get("correctness"))
     for c in data.get("configs") or []:
         sm = c.get("summary")
         if c["status"] != "ran" or not sm:
             why = c.get("reason") or ("waiting to run" if c["status"] == "ran" else "")
             status = c["status"] if c["status"] != "ran" else "pending"
-            rows.append([c["name"], status, "–", "–", "–", "–", "–", "–", why])
+            rows.append([c["name"], status, "–", "–", "–", "–", "–", "–", "–", why])
             continue
         prefill = ", ".join("–" if x is None else str(x) for x in sm["prefill_tokens_per_turn"]) or "–"
         fails = sm["turns_failed"]
@@ -74,9 +87,27 @@ def table_rows(data: dict) -> list[list[str]]:
             _spread(sm["decode_tokens_per_s"], fmt_rate), prefill,
             "–" if sm["peak_kv_bytes"] is None else fmt_bytes(sm["peak_kv_bytes"]),
             "–" if sm["peak_memory_bytes"] is None else fmt_bytes(sm["peak_memory_bytes"]),
+            same.get(c["name"], "–"),
             (f"{fails}/{sm['turns_total']}: {reasons}" if fails else f"0/{sm['turns_total']}"),
         ])
     return rows
+
+
+def same_replies(doc: dict | None) -> dict[str, str]:
+    """Per configuration, the "same replies" cell: ``baseline``, ``3/3``, ``1/3 · turn 2 @ token 4``, or why not."""
+    if not doc or doc.get("skip") or not doc.get("baseline"):
+        return {}  # sampling, or nothing ran: "–" (compare.md says why)
+    out = {doc["baseline"]: "baseline"}
+    for c in doc.get("configs") or []:
+        if c.get("skip"):
+            out[c["name"]] = "not compared"
+            continue
+        cell = f"{c['same_turns']}/{c['compared_turns']}"
+        diff = next((t for t in c["turns"] if t["same"] is False), None)
+        if diff is not None:
+            cell += f" · turn {diff['turn'] + 1} @ token {diff['first_diff']}"
+        out[c["name"]] = cell
+    return out
 
 
 def compact_titles(widget) -> None:
@@ -96,6 +127,7 @@ TIPS = ("cache configuration", "measured repeats (or why it did not run)",
         "whole-conversation latency: median [min–max] over complete repeats",
         "decode tokens per second: median [min–max]", "prompt tokens prefilled per turn (median per turn)",
         "largest K/V bytes during a turn", "peak device memory (process RSS on CPU: an upper bound)",
+        "greedy replies equal to the baseline's, token for token (turns equal / compared; the first difference)",
         "failed turns / turns, and their one-line reasons")
 
 
@@ -118,7 +150,10 @@ class CompareResults(QtWidgets.QSplitter):
         self.table.horizontalHeader().setStretchLastSection(True)
         for col, tip in enumerate(TIPS):
             self.table.horizontalHeaderItem(col).setToolTip(tip)
+        _name(self.table, "Comparison table", "One row per configuration: status, time to first token, "
+             "conversation latency, decode rate, prefill per turn, peak KV and memory, same replies, failures")
         self.tabs = QtWidgets.QTabWidget()
+        _name(self.tabs, "Comparison plots", "One tab per figure of the finished comparison")
         top = QtWidgets.QWidget()
         tbox = QtWidgets.QVBoxLayout(top)
         tbox.setContentsMargins(0, 0, 0, 0)
@@ -156,7 +191,9 @@ class CompareResults(QtWidgets.QSplitter):
                     item.setTextAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
                 if c == 1 and text in ("skipped", "failed"):
                     item.setForeground(_brush(warn if text == "skipped" else fail))
-                if c == 8 and not text.startswith("0/") and text:
+                if c == SAME_COL and " @ token " in text:
+                    item.setForeground(_brush(fail))
+                if c == FAIL_COL and not text.startswith("0/") and text:
                     item.setForeground(_brush(fail if "/" in text else warn))
                 self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
@@ -189,6 +226,8 @@ class CompareResults(QtWidgets.QSplitter):
         self.figures = build_figures(data, background=t.plot_bg, foreground=t.plot_fg)
         for name, w in self.figures:
             compact_titles(w)
+            title = FIGURE_TITLES.get(name, name)
+            _name(w, f"{title} plot", FIGURE_DESCRIPTIONS.get(name, title))
             self.tabs.addTab(w, FIGURE_TITLES.get(name, name))
 
 

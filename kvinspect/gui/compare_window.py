@@ -24,6 +24,8 @@ from PySide6 import QtCore, QtWidgets
 from ..core.compare.configs import CONFIG_HELP, NAMED
 from ..core.errors import KvInspectError, ScriptError
 from . import theme as th
+from .accessibility import fill_missing
+from .accessibility import name as _name
 from .compare_results import CompareResults, compare_dir
 from .tasks import BackgroundTask
 from .worker import CompareRequest
@@ -80,6 +82,7 @@ class CompareWindow(QtWidgets.QWidget):
             cb = QtWidgets.QCheckBox(name)
             cb.setToolTip(CONFIG_HELP.get(name, name))
             cb.setChecked(name in DEFAULT_CHECKED)
+            _name(cb, f"Configuration {name}", CONFIG_HELP.get(name, name))
             note = QtWidgets.QLabel()
             note.setWordWrap(True)
             note.setTextFormat(QtCore.Qt.TextFormat.RichText)
@@ -94,11 +97,12 @@ class CompareWindow(QtWidgets.QWidget):
         self.extra.setToolTip("More configurations, comma-separated: a policy (" + ", ".join(POLICIES[1:])
                               + ") measures that mistake on a dynamic cache; POLICY:IMPL picks the cache too")
         grid.addWidget(self.extra, 2 * len(NAMED), 0)
+        _name(self.extra, "More configurations", self.extra.toolTip())
 
         conv = QtWidgets.QGroupBox("Conversation")
         form = QtWidgets.QGridLayout(conv)
-        self.use_chat = QtWidgets.QRadioButton("This chat's user turns")
-        self.use_file = QtWidgets.QRadioButton("Script file")
+        self.use_chat = QtWidgets.QRadioButton("This &chat's user turns")
+        self.use_file = QtWidgets.QRadioButton("Sc&ript file")
         self.use_chat.setChecked(True)
         self.script_path = QtWidgets.QLineEdit()
         self.script_path.setPlaceholderText("chat script .json (see docs/trace-format.md)")
@@ -117,18 +121,23 @@ class CompareWindow(QtWidgets.QWidget):
         form.addWidget(self.use_file, 1, 0)
         form.addWidget(self.script_path, 1, 1)
         form.addWidget(browse, 1, 2)
-        form.addWidget(QtWidgets.QLabel("Repeats"), 2, 0)
+        labels = {}
+        for text, buddy in (("R&epeats", self.repeat), ("&Max new tokens", self.max_new),
+                            ("&Static capacity", self.capacity)):
+            labels[text] = QtWidgets.QLabel(text)
+            labels[text].setBuddy(buddy)
+        form.addWidget(labels["R&epeats"], 2, 0)
         form.addWidget(self.repeat, 2, 1, 1, 2)
-        form.addWidget(QtWidgets.QLabel("Max new tokens"), 3, 0)
+        form.addWidget(labels["&Max new tokens"], 3, 0)
         form.addWidget(self.max_new, 3, 1, 1, 2)
-        form.addWidget(QtWidgets.QLabel("Static capacity"), 4, 0)
+        form.addWidget(labels["&Static capacity"], 4, 0)
         form.addWidget(self.capacity, 4, 1, 1, 2)
         form.setColumnStretch(1, 1)
 
-        self.run_button = QtWidgets.QPushButton("Run comparison")
+        self.run_button = QtWidgets.QPushButton("R&un comparison")
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(self.start)
-        self.cancel_button = QtWidgets.QPushButton("Cancel")
+        self.cancel_button = QtWidgets.QPushButton("C&ancel")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancel)
         self.progress = QtWidgets.QProgressBar()
@@ -138,11 +147,11 @@ class CompareWindow(QtWidgets.QWidget):
         self.status.setWordWrap(True)
         self.status.setTextFormat(QtCore.Qt.TextFormat.RichText)
         self.status.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.export_button = QtWidgets.QPushButton("Export…")
+        self.export_button = QtWidgets.QPushButton("E&xport…")
         self.export_button.setToolTip("compare.md, compare.json, plots and every run's trace, into a folder")
         self.export_button.setEnabled(False)
         self.export_button.clicked.connect(lambda: self.export())
-        self.open_button = QtWidgets.QPushButton("Open folder")
+        self.open_button = QtWidgets.QPushButton("&Open folder")
         self.open_button.setEnabled(False)
         self.open_button.clicked.connect(self._open_folder)
         run_row = QtWidgets.QHBoxLayout()
@@ -180,6 +189,27 @@ class CompareWindow(QtWidgets.QWidget):
         box = QtWidgets.QVBoxLayout(self)
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(split)
+        self._describe(browse)
+
+    def _describe(self, browse: QtWidgets.QPushButton) -> None:
+        _name(self.use_chat, "Use this chat's user turns", "Replay the user turns of the main window's chat "
+              "(its system prompt and settings too)")
+        _name(self.use_file, "Use a script file", "Replay the turns of a chat script .json")
+        _name(self.script_path, "Script file", "The chat script .json to replay (see docs/trace-format.md)")
+        _name(browse, "Choose a script file", "Pick the chat script .json to replay")
+        _name(self.repeat, "Repeats", self.repeat.toolTip())
+        _name(self.max_new, "Max new tokens", "max_new_tokens of every turn")
+        _name(self.capacity, "Static capacity", self.capacity.toolTip() + "; 0 is the default")
+        _name(self.run_button, "Run comparison", "Run every picked configuration on the loaded model; the chat "
+              "pauses while it runs")
+        _name(self.cancel_button, "Cancel", "Stop the turn in progress at its next token; what finished is kept")
+        _name(self.progress, "Comparison progress", "Turns run of all the comparison's turns")
+        _name(self.export_button, "Export", self.export_button.toolTip())
+        _name(self.open_button, "Open folder", "Open the exported comparison's folder in the file manager")
+        self.setAccessibleName("Compare cache configurations")
+        self.setAccessibleDescription("Run the loaded model's conversation with several cache configurations "
+                                      "and compare latency, memory and replies")
+        fill_missing(self)  # a control added later is never silent
 
     # -- opening --------------------------------------------------------------------------------
     def open_for_model(self) -> None:
@@ -197,7 +227,8 @@ class CompareWindow(QtWidgets.QWidget):
                 self.pending = set(NAMED)
                 self._check_wanted = True
         turns = self._chat_turns()
-        self.use_chat.setText(f"This chat's user turns ({len(turns)})")
+        self.use_chat.setText(f"This &chat's user turns ({len(turns)})")
+        self.use_chat.setAccessibleName(f"Use this chat's user turns ({len(turns)})")
         if not turns and not self.script_path.text():
             self.use_chat.setChecked(True)
         self.max_new.setValue(min(self.win.chat.max_new.value(), 8192))

@@ -7,6 +7,7 @@ import html
 from PySide6 import QtCore, QtWidgets
 
 from . import theme as th
+from .accessibility import fill_missing, name
 from .model_picker import kinds_summary
 
 
@@ -32,6 +33,9 @@ def show_policies(parent) -> QtWidgets.QMessageBox:
                                 QtWidgets.QMessageBox.StandardButton.Ok, parent)
     box.setText("<p>Change the policy between turns to show the right way and each mistake side by side.</p>"
                 f"<table cellpadding='3'>{rows}</table>")
+    name(box, "Reuse policies", "What each reuse policy of the chat does with the cache")
+    name(box.button(QtWidgets.QMessageBox.StandardButton.Ok), "OK", "Close the list of policies")
+    fill_missing(box)
     box.setWindowModality(QtCore.Qt.WindowModality.NonModal)
     box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
     box.show()

@@ -15,6 +15,7 @@ from PySide6 import QtCore, QtWidgets
 from ..core.errors import KvInspectError
 from . import evidence
 from . import theme as th
+from .accessibility import fill_missing, name
 
 
 class ExportDialog(QtWidgets.QDialog):
@@ -37,23 +38,25 @@ class ExportDialog(QtWidgets.QDialog):
         self.what.setWordWrap(True)
         self.folder = QtWidgets.QLineEdit()
         self.folder.setToolTip("A new or empty folder, or an earlier report bundle (which is replaced)")
-        browse = QtWidgets.QPushButton("Browse…")
+        browse = QtWidgets.QPushButton("&Browse…")
         browse.clicked.connect(self._browse)
         row = QtWidgets.QHBoxLayout()
         row.addWidget(self.folder, 1)
         row.addWidget(browse)
-        self.redact = QtWidgets.QCheckBox("Redact conversation text")
+        self.redact = QtWidgets.QCheckBox("&Redact conversation text")
         self.redact.setToolTip("Prompts, replies and the system prompt become token counts in every file "
                                "(report, summary, trace); lengths, bytes, events and checklists are kept")
-        self.screenshot = QtWidgets.QCheckBox("Include a screenshot of the window (window.png)")
+        self.screenshot = QtWidgets.QCheckBox("Include a &screenshot of the window (window.png)")
         self.screenshot.setChecked(True)
-        self.plots = QtWidgets.QCheckBox("Render the plots (cache.png, memory.png and SVG twins)")
+        self.plots = QtWidgets.QCheckBox("Render the &plots (cache.png, memory.png and SVG twins, tokens.png)")
         self.plots.setChecked(True)
         self.redact.toggled.connect(self._on_redact)
 
         form = QtWidgets.QFormLayout()
         form.addRow("Export", self.what)
-        form.addRow("Folder", row)
+        folder_label = QtWidgets.QLabel("&Folder")
+        folder_label.setBuddy(self.folder)
+        form.addRow(folder_label, row)
         form.addRow("", self.redact)
         form.addRow("", self.screenshot)
         form.addRow("", self.plots)
@@ -64,13 +67,13 @@ class ExportDialog(QtWidgets.QDialog):
         self.status = QtWidgets.QLabel()
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.export_button = QtWidgets.QPushButton("Export")
+        self.export_button = QtWidgets.QPushButton("&Export")
         self.export_button.setDefault(True)
         self.export_button.clicked.connect(self.start)
         self.open_button = QtWidgets.QPushButton("Open folder")
         self.open_button.setVisible(False)
         self.open_button.clicked.connect(lambda: self.result and evidence.open_folder(self.result.out_dir))
-        close = QtWidgets.QPushButton("Close")
+        close = QtWidgets.QPushButton("&Close")
         close.clicked.connect(self.close)
         buttons = QtWidgets.QHBoxLayout()
         buttons.addWidget(self.open_button)
@@ -84,6 +87,23 @@ class ExportDialog(QtWidgets.QDialog):
         box.addWidget(self.status)
         box.addStretch(1)
         box.addLayout(buttons)
+
+        name(self.folder, "Report folder", "Where the bundle is written: a new or empty folder, or an earlier "
+             "report bundle (which is replaced)")
+        name(browse, "Choose the report folder", "Pick the folder the report is written to")
+        name(self.redact, "Redact conversation text", "Prompts, replies and the system prompt become token counts "
+             "in every file; lengths, bytes, events and checklists are kept")
+        name(self.screenshot, "Include a screenshot", "Add window.png, a screenshot of the window (off by default "
+             "when redacting: it shows the conversation)")
+        name(self.plots, "Render the plots", "Add cache.png, memory.png, their SVG twins and tokens.png")
+        name(self.progress, "Export progress", "Shown while the report is written")
+        name(self.export_button, "Export", "Write the report bundle into the folder")
+        name(self.open_button, "Open folder", "Open the written report's folder in the file manager")
+        name(close, "Close", "Close the dialog")
+        self.setAccessibleName("Export report")
+        self.setAccessibleDescription("Write a report bundle of what the window shows: report.md, summary, trace, "
+                                      "plots")
+        fill_missing(self)  # a control added later is never silent
 
     def prepare(self) -> bool:
         """Describe what will be exported and propose a folder; False (and a dialog) when nothing can be."""

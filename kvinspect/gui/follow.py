@@ -54,6 +54,11 @@ class _Poller(QtCore.QObject):
             self.timer.stop()
             self.failed.emit(str(exc))
             return
+        except MemoryError:
+            self.timer.stop()
+            self.failed.emit(f"{self.source.path or self.source.target}: not enough memory to read it; "
+                             f"following stopped")
+            return
         except OSError as exc:
             # A mount that went away for a moment: say so once, keep trying.
             msg = f"cannot read {self.source.path or self.source.target}: {exc.strerror or exc}; retrying"
@@ -61,6 +66,12 @@ class _Poller(QtCore.QObject):
                 self._io_error = msg
                 self.polled.emit(FollowStatus(path=self.source.path, target=self.source.target, message=msg,
                                               last_change=self.source.last_change))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug: logged; polling stops, the window stays usable
+            log.exception("following %s failed", self.source.target)
+            self.timer.stop()
+            self.failed.emit(f"following stopped: internal error reading {self.source.path or self.source.target}: "
+                             f"{type(exc).__name__}: {exc}"[:300])
             return
         self._io_error = None
         self.polled.emit(st)

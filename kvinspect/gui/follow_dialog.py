@@ -6,6 +6,8 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
+from .accessibility import fill_missing, name
+
 
 class FollowDialog(QtWidgets.QDialog):
     """Non-modal; ``followRequested(path)`` when the user presses Follow."""
@@ -26,23 +28,35 @@ class FollowDialog(QtWidgets.QDialog):
         intro.setWordWrap(True)
         self.path = QtWidgets.QLineEdit()
         self.path.setPlaceholderText("a trace .jsonl file, or the folder it is (or will be) written to")
-        file_button = QtWidgets.QPushButton("File…")
+        label = QtWidgets.QLabel("&Trace")
+        label.setBuddy(self.path)
+        file_button = QtWidgets.QPushButton("&File…")
         file_button.clicked.connect(self._pick_file)
-        dir_button = QtWidgets.QPushButton("Folder…")
+        dir_button = QtWidgets.QPushButton("F&older…")
         dir_button.clicked.connect(self._pick_dir)
         row = QtWidgets.QHBoxLayout()
+        row.addWidget(label)
         row.addWidget(self.path, 1)
         row.addWidget(file_button)
         row.addWidget(dir_button)
         buttons = QtWidgets.QDialogButtonBox()
-        self.follow_button = buttons.addButton("Follow", QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
-        buttons.addButton(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+        self.follow_button = buttons.addButton("Fo&llow", QtWidgets.QDialogButtonBox.ButtonRole.AcceptRole)
+        cancel = buttons.addButton(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self._on_follow)
         buttons.rejected.connect(self.close)
         box = QtWidgets.QVBoxLayout(self)
         box.addWidget(intro)
         box.addLayout(row)
         box.addWidget(buttons)
+        name(self.path, "Trace to follow", "A trace .jsonl file, or the folder it is (or will be) written to; "
+             "given a folder, its newest trace*.jsonl is followed")
+        name(file_button, "Choose a trace file", "Pick the trace .jsonl file to follow")
+        name(dir_button, "Choose a folder", "Pick the folder a trace is (or will be) written to")
+        name(self.follow_button, "Follow", "Start following the trace; the window shows it as it grows")
+        self.setAccessibleName("Follow a trace")
+        self.setAccessibleDescription("Watch a trace while another program writes it")
+        name(cancel, "Cancel", "Close the dialog without following")
+        fill_missing(self)  # a control added later is never silent
 
     def _pick_file(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Trace to follow", self._start(),

@@ -16,7 +16,8 @@ from . import theme as th
 
 COLUMNS = (
     ("index", "layer", "Layer index"),
-    ("kind", "kind", "What the cache layer does (full, sliding, chunked, linear, shared; static-/quantized storage)"),
+    ("kind", "kind", "What the cache layer does (full, sliding, chunked; state: a recurrent/conv state, no tokens; "
+                     "shared: reads another layer's K/V; indexed: K/V plus indexer keys; static-/quantized storage)"),
     ("window", "window", "Sliding window or attention chunk, in tokens"),
     ("seen", "seen", "Tokens the layer has seen"),
     ("stored", "stored", "K/V rows the layer holds now"),
@@ -25,6 +26,7 @@ COLUMNS = (
     ("dtype", "dtype", "K/V dtype (end of the last turn)"),
     ("bytes", "bytes", "Bytes of the layer's K/V tensors now"),
     ("held_bytes", "held", "Bytes of the storages those tensors keep alive (views can pin more); end of the last turn"),
+    ("reads_from", "reads", "Shared layers: the layer whose K/V they read (they store none)"),
 )
 NUMERIC = {"index", "window", "seen", "stored", "capacity", "bytes", "held_bytes"}
 SORT_ROLE = QtCore.Qt.ItemDataRole.UserRole
@@ -113,7 +115,8 @@ def layer_rows(record, step: int | None = None) -> list[dict]:
             s = snap[i]
             base.update(kind=s.get("kind"), window=s.get("window"), capacity=s.get("capacity"),
                         dtype=s.get("dtype") or dtype, held_bytes=s.get("held_bytes"),
-                        seen=s.get("seen"), stored=s.get("stored"), device=s.get("device"), bytes=s.get("bytes"))
+                        seen=s.get("seen"), stored=s.get("stored"), device=s.get("device"), bytes=s.get("bytes"),
+                        reads_from=s.get("reads_from"))
         if i < len(live):
             lv = live[i]
             base.update(seen=lv.get("seen"), stored=lv.get("stored"), device=lv.get("device"), bytes=lv.get("bytes"))

@@ -23,11 +23,13 @@ from . import dialogs, gc_policy
 from . import theme as th
 from .chat import ChatPanel
 from .events_panel import ChecklistPanel, EventsPanel
+from .find_box import FindBox, find_in
 from .layer_table import LayerTable
 from .menus import build_menus
 from .model_picker import ModelPicker, dropped_path
 from .plots import PlotsWidget
 from .reporting import ErrorReporter
+from .tokens_panel import TokensPanel
 from .trace_actions import TraceActions, is_trace_path
 from .viewer import TraceViewer
 from .worker import LoadRequest, ModelInfo, SessionController, TurnRequest
@@ -94,6 +96,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.events = EventsPanel()
         self.checklist = ChecklistPanel()
         self.layers = LayerTable()
+        self.tokens = TokensPanel()
         self.chat_dock = self._dock("Chat", "chat", self.chat, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
         self.events_dock = self._dock("Events", "events", self.events, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea)
         self.check_dock = self._dock("Checklist", "checklist", self.checklist,
@@ -102,6 +105,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.setCorner(QtCore.Qt.Corner.BottomLeftCorner, QtCore.Qt.DockWidgetArea.LeftDockWidgetArea)
         self.splitDockWidget(self.events_dock, self.check_dock, QtCore.Qt.Orientation.Horizontal)
         self.tabifyDockWidget(self.check_dock, self.layers_dock)
+        self.tokens_dock = self._dock("Tokens", "tokens", self.tokens, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.tabifyDockWidget(self.layers_dock, self.tokens_dock)
         self.check_dock.raise_()
         self.resizeDocks([self.chat_dock], [400], QtCore.Qt.Orientation.Horizontal)
         self.resizeDocks([self.events_dock, self.check_dock], [600, 400], QtCore.Qt.Orientation.Horizontal)
@@ -111,7 +116,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         tb = self.addToolBar("Model")
         tb.setObjectName("model-toolbar")
         tb.setMovable(False)
-        self.load_action = QtGui.QAction("Load model…", self)
+        self.load_action = QtGui.QAction("&Load model…", self)
         self.load_action.setShortcut(QtGui.QKeySequence("Ctrl+L"))
         self.load_action.setToolTip("Pick a built-in, SmolLM2, a hub id, a folder or a .gguf file (Ctrl+L)")
         self.load_action.triggered.connect(lambda: self.open_picker())
@@ -120,6 +125,15 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.model_label.setTextFormat(QtCore.Qt.TextFormat.RichText)
         self.model_label.setContentsMargins(8, 0, 8, 0)
         tb.addWidget(self.model_label)
+        # Edit → Find (Ctrl+F): a search box for the conversation, shown when asked for (Esc hides it).
+        self.find_box = FindBox()
+        self.find_box.returnPressed.connect(lambda: self.find_text(self.find_box.text()))
+        self.find_box.dismissed.connect(self._hide_find)
+        spacer = QtWidgets.QWidget()
+        spacer.setSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Preferred)
+        tb.addWidget(spacer)
+        self.find_box_action = tb.addWidget(self.find_box)
+        self.find_box_action.setVisible(False)
 
         # status bar: progress + Cancel while loading/fetching; steps; trace file
         sb = self.statusBar()
@@ -142,6 +156,9 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         sb.addPermanentWidget(self.steps_label)
         sb.addPermanentWidget(self.trace_label)
         build_menus(self)
+        from .accessibility import describe_window
+
+        describe_window(self)
 
     def _dock(self, title: str, name: str, widget, area) -> QtWidgets.QDockWidget:
         d = QtWidgets.QDockWidget(title, self)
@@ -165,6 +182,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         c.busyChanged.connect(self._update_state)
         c.engineDied.connect(self._on_engine_died)
         c.engineState.connect(self._on_engine_state)
+        c.autosavePaused.connect(self._show_autosave_paused)
         self.chat.sendRequested.connect(self.send)
         self.chat.stopRequested.connect(self.stop)
         self.chat.newChatRequested.connect(self.new_chat)
@@ -175,6 +193,11 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.events.copyRequested.connect(self.copy_event)
         self.layers.copyRequested.connect(self.copy_layers)
         self.plots.loadRequested.connect(lambda: self.open_picker())
+        self.viewer.opened.connect(self._remember_trace)
+        hints = QtGui.QGuiApplication.styleHints()
+        if hasattr(hints, "colorSchemeChanged"):  # Qt >= 6.5: the desktop switched light/dark
+            # A bound method, not a lambda: Qt drops the connection with the window (tests make many).
+            hints.colorSchemeChanged.connect(self._on_color_scheme)
 
     # -- settings -------------------------------------------------------------------------
     def _restore(self) -> None:
@@ -330,9 +353,12 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             return
         e = self.record.events[idx]
         self.plots.show_step(e.step, e.layers)
+        self.tokens.pin(self.record, self.step, e.step, (e.data or {}).get("position"))
         self.checklist.show_turn(e.turn if e.turn < len(self.record.turns) - 1 else None)
 
     def set_theme(self, name: str, save: bool = True) -> None:
+        """``system`` (follow the desktop, the default), ``dark`` or ``light``; the choice is what is remembered."""
+        name = name if name in th.CHOICES else "system"
         t = th.get(name)
         app = QtWidgets.QApplication.instance()
         th.apply_palette(app, t)
@@ -341,9 +367,57 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.viewer.bar.apply_theme(t)
         if self.compare_window is not None:
             self.compare_window.apply_theme(t)
-        self.theme_actions[t.name].setChecked(True)
-        self.settings.theme = t.name
+        self.theme_actions[name].setChecked(True)
+        self.settings.theme = name
         self.refresh(force=True)
+
+    # -- desktop conventions: zoom, full screen, find, recent traces ----------------------
+    @QtCore.Slot()
+    def _on_color_scheme(self, *_args) -> None:
+        if self.settings.theme == "system" and not self._closed:
+            self.set_theme("system", save=False)
+
+    def zoom_plots(self, factor: float) -> None:
+        """Scale the steps in view by ``factor`` around the middle (0.5: zoom in); stops following."""
+        self.plots.set_follow(False)
+        self.plots.heat.plot.getViewBox().scaleBy(x=factor, y=1)  # the other lanes are x-linked to it
+
+    def toggle_full_screen(self) -> None:
+        self.setWindowState(self.windowState() ^ QtCore.Qt.WindowState.WindowFullScreen)
+        self.full_screen_action.setChecked(self.isFullScreen())
+
+    def show_find(self) -> None:
+        self.find_box_action.setVisible(True)
+        self.find_box.show()  # now, not at the toolbar's next layout pass: focus needs it shown
+        self.find_box.setFocus()
+        self.find_box.selectAll()
+
+    def _hide_find(self) -> None:
+        self.find_box_action.setVisible(False)
+        self.find_box.hide()
+        self.chat.input.setFocus()
+
+    def _show_autosave_paused(self, message: str) -> None:
+        self.trace_label.setText("⚠ autosave paused (disk full?)")
+        self.trace_label.setStyleSheet("color: #e8a317; font-weight: 600")
+        self.trace_label.setToolTip(message)
+        self.statusBar().showMessage(message, 15000)
+
+    def find_text(self, text: str, back: bool = False) -> bool:
+        """Select the next (``back``: previous) ``text`` in the conversation, wrapping around; False if absent."""
+        view = self.chat.pages.currentWidget()  # the live transcript, or the replayed one
+        if not isinstance(view, QtWidgets.QTextBrowser):
+            return False
+        found = find_in(view, text, back)
+        if text and not found:
+            self.statusBar().showMessage(f"not found in the conversation: {text}", 4000)
+        return found
+
+    def _remember_trace(self, path: str) -> None:
+        self.settings.remember_trace(path)
+
+    def clear_recent_traces(self) -> None:
+        self.settings.recent_traces = []
 
     def save_screenshot(self, path: str) -> bool:
         """Render everything now and save the window as PNG (exactly what is on screen)."""
@@ -403,6 +477,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.trace_label.setText(f"trace: {dialogs.elide(info.trace_path)}" if info.trace_path else "")
         self.trace_label.setToolTip(info.trace_path or "")
         self.statusBar().showMessage(f"{info.name} ready", 5000)
+        if getattr(self.controller, "autosave_paused", None):  # a full disk: the warning stays in view
+            self._show_autosave_paused(self.controller.autosave_paused)
         if self.settings.picked_layers and info.spec == self.settings.model:
             self.plots.set_picked(self.settings.picked_layers)  # the same model as last time: same curves
         if self._last_request is not None:
@@ -414,7 +490,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self._show_progress(False)
         if self.picker is not None:
             self.picker.fetch_done(True)
-        self.statusBar().showMessage(f"SmolLM2 fetched: {path}", 8000)
+        self.statusBar().showMessage(f"Fetched: {path}", 8000)
 
     def _on_turn_started(self, index: int) -> None:
         self._update_state()
@@ -516,6 +592,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.events.render(r, s)
         self.checklist.render(r, s)
         self.layers.render(r, s)
+        self.tokens.render(r, s)
         self.events_dock.setWindowTitle(f"Events ({self.events.count()})" if r is not None else "Events")
         if r is not None:
             self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
@@ -535,6 +612,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             self.events.render(r, self.step)
             self.checklist.render(r, self.step)
             self.layers.render(r, self.step)
+            self.tokens.render(r, self.step)
             self.events_dock.setWindowTitle(f"Events ({self.events.count()})")
             self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
         self.renderedTick.emit()

@@ -62,6 +62,13 @@ class MemoryLane:
         for item in (self.rss, self.alloc, self.reserved, self.peaks):
             self.vb2.addItem(item)
             self.legend.addItem(item, item.name())
+        # memory_retained events (issue 14): KV bytes another object keeps alive, on the KV axis, per turn.
+        dotted = QtCore.Qt.PenStyle.DotLine
+        self.retained = pg.PlotDataItem(pen=pg.mkPen(th.STATUS_COLORS["warn"], width=2, style=dotted),
+                                        connect="pairs", name="KV retained elsewhere")
+        self.plot.addItem(self.retained)
+        self._retained_key = None
+        self._retained_top = 0.0
         self._accel = False
         self.alloc.setVisible(False)
         self.reserved.setVisible(False)
@@ -136,7 +143,8 @@ class MemoryLane:
         self.rss.setData(*envelope(*win, RSS))
         cols_dev = [col for _, col in s.device_columns()]
         kv_top = float(win[2][:, cols_dev[-1]].max(initial=0)) if cols_dev else 0.0
-        new = self.kv_range.fit(0, max(kv_top, 1024))
+        self._set_retained(record, turns)
+        new = self.kv_range.fit(0, max(kv_top, self._retained_top, 1024))
         if new is not None:
             self.plot.setYRange(*new, padding=0)
         proc = [RSS] + ([ACCEL_ALLOC, ACCEL_RESERVED] if self._accel else [])
@@ -161,6 +169,24 @@ class MemoryLane:
         new = self.proc_range.fit(lo, hi)
         if new is not None:
             self.vb2.setYRange(*new, padding=0)
+
+    def _set_retained(self, record, turns) -> None:
+        """A dotted segment at each memory_retained event's bytes, across the turn it was found after."""
+        events = [e for e in getattr(record, "events", []) if e.kind == "memory_retained"]
+        key = tuple((e.turn, e.step, e.data.get("bytes")) for e in events)
+        if key == self._retained_key:
+            return
+        self._retained_key = key
+        spans = {t.index: (t.first_step, max(t.end_step - 1, t.first_step)) for t in turns}
+        xs, ys = [], []
+        for e in events:
+            nbytes = float(e.data.get("bytes") or 0)
+            xs += list(spans.get(e.turn, (e.step, e.step)))
+            ys += [nbytes, nbytes]
+        self._retained_top = max(ys, default=0.0)
+        self.retained.setData(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64))
+        if events and self.retained.name() not in [lab.text for _, lab in self.legend.items]:
+            self.legend.addItem(self.retained, self.retained.name())
 
     def _set_peaks(self, turns) -> list[float]:
         xs, ys = [], []

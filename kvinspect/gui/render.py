@@ -1,5 +1,8 @@
 """Child-process entry for headless images: ``python -m kvinspect.gui.render KIND INPUT OUTDIR FORMATS``.
 
+``KIND`` may name several renderers joined by ``+`` (``trace+tokens``): one child, one Qt start-up,
+for all the images of a bundle.
+
 Prints one JSON line ``{"files": [...], "notes": [...]}``; started by :func:`kvinspect.child_render.render_in_child`
 (the renderer the CLI and the window give the report writers, see kvinspect.core.report.plots).
 """
@@ -19,8 +22,13 @@ def main(argv: list[str]) -> int:
     from PySide6 import QtWidgets  # noqa: F401  (binding first, then pyqtgraph)
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
-    mod = importlib.import_module(f"kvinspect.gui.render_{kind}")
-    files, notes = mod.render(input_path, out_dir, formats)
+    files: list = []
+    notes: list = []
+    for one in kind.split("+"):
+        mod = importlib.import_module(f"kvinspect.gui.render_{one}")
+        f, n = mod.render(input_path, out_dir, formats)
+        files += f
+        notes += n
     print(json.dumps({"files": [str(f) for f in files], "notes": list(notes)}))
     del app
     return 0

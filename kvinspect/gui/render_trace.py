@@ -160,10 +160,15 @@ def _esc(s: str) -> str:
 def _turns(p: pg.PlotItem, record: TraceRecord, labels: bool, y_label: float | None = None) -> None:
     """Shade every other turn and mark each turn's first step; label them on the top plot."""
     n = record.n_steps
+    every = _turn_stride(record)
+    # Labels need room: a dozen at most once turns are many (each one word wide at 1600 px).
+    label_every = 1 if every == 1 else every * -(-MAX_TURN_MARKS // MAX_TURN_LABELS)
     for t in record.turns:
+        if t.index % every:
+            continue  # a long session: every k-th turn is marked (items cost the exporter per item)
         x0 = t.first_step
         x1 = t.end_step if t.end_step > x0 else n
-        if t.index % 2 == 1:
+        if t.index % 2 == 1 and every == 1:
             region = pg.LinearRegionItem((x0 - 0.5, x1 - 0.5), movable=False, brush=pg.mkBrush(*TURN_SHADE),
                                          pen=pg.mkPen(None))
             region.setZValue(-20)
@@ -171,12 +176,22 @@ def _turns(p: pg.PlotItem, record: TraceRecord, labels: bool, y_label: float | N
         if t.index:
             line = pg.InfiniteLine(x0 - 0.5, angle=90, pen=pg.mkPen(R.turn_line, width=1))
             p.addItem(line, ignoreBounds=True)
-        if labels:
+        if labels and t.index % label_every == 0:
             status = "" if t.status == "ok" else f" ({t.status})"
             txt = pg.TextItem(f"turn {t.index + 1}{status}", color=R.text, anchor=(0, 0))
             txt.setFont(_font(FONT_PT - 1, bold=True))
             txt.setPos(x0, y_label if y_label is not None else 0)
             p.addItem(txt, ignoreBounds=True)
+
+
+#: Turns marked one by one on a figure; beyond, every k-th (1,000 turns drew 15,000 items, and the
+#: SVG exporter's cost is per item: 50 s for a 1,000-turn report; a 1600-px image shows no more).
+MAX_TURN_MARKS = 60
+MAX_TURN_LABELS = 12
+
+
+def _turn_stride(record: TraceRecord) -> int:
+    return max(1, -(-len(record.turns) // MAX_TURN_MARKS))
 
 
 def _event_lines(p: pg.PlotItem, events: list[Event], labels: bool) -> None:
@@ -269,7 +284,7 @@ def cache_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     heat.setYRange(0, L, padding=0)
     top.setXRange(-0.5 - band_w * 1.3, n - 0.5, padding=0.01)
     _layer_ticks(heat, L)
-    for t in record.turns[1:]:
+    for t in record.turns[_turn_stride(record)::_turn_stride(record)]:
         heat.addItem(pg.InfiniteLine(t.first_step - 0.5, angle=90,
                                      pen=pg.mkPen("#ffffff", width=2, style=QtCore.Qt.PenStyle.DashLine)),
                      ignoreBounds=True)
@@ -410,24 +425,30 @@ def _peaks(p: pg.PlotItem, record: TraceRecord, rss, div: float, unit: str) -> l
     """Mark each turn's RSS peak, and its accelerator peak (the allocator's own counter, reset per turn)."""
     xs, ys, items = [], [], []
     accel_line = None
+    seg_x: list[float] = []
+    seg_y: list[float] = []
     for t in record.turns:
         a, b = t.first_step, (t.end_step if t.end_step > t.first_step else record.n_steps)
         if b <= a:
             continue
         j = a + int(np.argmax(rss[a:b]))
-        if rss[j] > 0:
+        if rss[j] > 0 and (len(record.turns) <= MAX_TURN_MARKS or t.index % _turn_stride(record) == 0):
             xs.append(j)
             ys.append(rss[j] / div)
             n = record.n_steps
             ax = 1.0 if j > 0.9 * n else 0.0 if j < 0.1 * n else 0.5  # keep edge labels inside the plot
-            lab = pg.TextItem(f"peak {rss[j] / div:.2f} {unit}", color=th.RSS_COLOR, anchor=(ax, 1.2))
-            lab.setFont(_font(FONT_PT - 2))
-            lab.setPos(j, rss[j] / div)
-            p.addItem(lab, ignoreBounds=True)
+            if len(record.turns) <= 2 * MAX_TURN_LABELS:  # more would print over each other
+                lab = pg.TextItem(f"peak {rss[j] / div:.2f} {unit}", color=th.RSS_COLOR, anchor=(ax, 1.2))
+                lab.setFont(_font(FONT_PT - 2))
+                lab.setPos(j, rss[j] / div)
+                p.addItem(lab, ignoreBounds=True)
         if t.peak_accel_bytes:
-            accel_line = pg.PlotDataItem([a, b - 1], [t.peak_accel_bytes / div] * 2,
-                                         pen=pg.mkPen(th.ALLOC_COLOR, width=1.5, style=QtCore.Qt.PenStyle.DashLine))
-            p.addItem(accel_line)
+            seg_x += [a, b - 1]
+            seg_y += [t.peak_accel_bytes / div] * 2
+    if seg_x:  # one item for every turn's segment: items cost the exporter per item
+        accel_line = pg.PlotDataItem(np.array(seg_x, float), np.array(seg_y, float), connect="pairs",
+                                     pen=pg.mkPen(th.ALLOC_COLOR, width=1.5, style=QtCore.Qt.PenStyle.DashLine))
+        p.addItem(accel_line)
     if xs:
         items.append((p.plot(xs, ys, pen=None, symbol="o", symbolSize=9, symbolBrush=pg.mkBrush(th.RSS_COLOR)),
                       "peak RSS per turn"))

@@ -42,7 +42,7 @@ def configure_logging() -> str | None:
         try:
             p = log_path()
             p.parent.mkdir(parents=True, exist_ok=True)
-            h = logging.handlers.RotatingFileHandler(p, maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+            h = _FallbackFileHandler(p, maxBytes=2_000_000, backupCount=3, encoding="utf-8")
             h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             h.setLevel(logging.INFO)
             h._kvinspect = True
@@ -58,6 +58,33 @@ def configure_logging() -> str | None:
             log.warning("no log file: %s", exc)
     QtCore.qInstallMessageHandler(_qt_message)
     return path
+
+
+class _FallbackFileHandler(logging.handlers.RotatingFileHandler):
+    """The log file; when it cannot be written (a full disk), one line on stderr and stderr from then on.
+
+    The default ``handleError`` prints a traceback for every record that fails.
+    """
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        import sys
+
+        exc = sys.exc_info()[1]
+        root = logging.getLogger()
+        root.removeHandler(self)
+        why = getattr(exc, "strerror", None) or (exc_line(exc) if exc is not None else "write failed")
+        print(f"kvinspect: the log file {self.baseFilename} cannot be written ({why}); logging to stderr",
+              file=sys.stderr, flush=True)
+        if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+                   for h in root.handlers):
+            fallback = logging.StreamHandler()
+            fallback.setLevel(logging.WARNING)
+            fallback.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            root.addHandler(fallback)
+        try:
+            self.close()
+        except OSError:
+            pass
 
 
 def _qt_message(mode, context, message: str) -> None:

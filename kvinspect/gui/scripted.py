@@ -93,13 +93,23 @@ class ScriptDriver(QtCore.QObject):
         QtCore.QTimer.singleShot(150, lambda: self._shoot(shoot))
 
     def _shoot(self, shoot: bool) -> None:
-        if shoot and self.screenshot:
-            path = Path(self.screenshot)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if self.window.save_screenshot(str(path)):
-                print(f"kvinspect: screenshot {path}", flush=True)
-            else:
-                self.code = 2
-        self.done.emit(self.code)
-        if self.exit_when_done:
-            QtWidgets.QApplication.instance().exit(self.code)
+        # Whatever the grab does, the script ends: an error raised in this slot must not leave a
+        # scripted window up with nothing left to do.
+        try:
+            if shoot and self.screenshot:
+                path = Path(self.screenshot)
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    saved = self.window.save_screenshot(str(path))
+                except OSError as exc:
+                    print(f"kvinspect: error: cannot save the screenshot {path}: {exc.strerror or exc}",
+                          file=sys.stderr, flush=True)
+                    saved = None
+                if saved:
+                    print(f"kvinspect: screenshot {path}", flush=True)
+                else:
+                    self.code = self.code or 2
+        finally:
+            self.done.emit(self.code)
+            if self.exit_when_done:
+                QtWidgets.QApplication.instance().exit(self.code)

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 #: Layer kinds by what the cache does (static-*/quantized map onto their attention).
 KIND_COLORS = {
     "full": "#4C8DF6",
     "sliding": "#F28C28",
     "chunked": "#B36AF5",
-    "linear": "#21B3A1",
-    "shared": "#8A8F98",
+    "state": "#21B3A1",  # recurrent/conv state, no token axis (older traces say "linear")
+    "shared": "#8A8F98",  # reads another layer's K/V, stores none
+    "indexed": "#A9E34B",  # sparse attention with an indexer-key cache (DSA)
 }
-KIND_ORDER = ("full", "sliding", "chunked", "linear", "shared")
+KIND_ORDER = ("full", "sliding", "chunked", "state", "shared", "indexed")
+#: Legend words, where the kind's name alone would not say it.
+KIND_LEGEND = {"state": "state (no tokens)", "shared": "shared (reads another layer)",
+               "indexed": "indexed (+ indexer keys)"}
 #: Anything without a colour of its own (an unknown severity or status).
 NEUTRAL = "#8A8F98"
 
@@ -66,6 +70,8 @@ def kind_base(kind: str | None) -> str:
     k = (kind or "full").removeprefix("static-")
     if k == "quantized":
         return "full"
+    if k == "linear":
+        return "state"
     return k if k in KIND_COLORS else "full"
 
 
@@ -121,11 +127,30 @@ LIGHT = Theme(
     turn_line="#6E7781", cursor="#D97706", region="#FFFFFF55", seen="#30363D", stored="#30363D",
 )
 THEMES = {"dark": DARK, "light": LIGHT}
+#: What View offers and the settings store: "system" (the default) follows the desktop's scheme.
+CHOICES = ("system", "dark", "light")
 #: Report figures are drawn on white: the light theme's variants.
 REPORT = LIGHT
 
 
+def system_scheme() -> str:
+    """``"light"`` or ``"dark"`` as the desktop says (Qt's style hints); ``"dark"`` when it does not say.
+
+    Dark when unknown: a desktop that reports no scheme (the offscreen platform, a bare X server)
+    gets the look kvinspect had before it could follow the system.
+    """
+    app = QtGui.QGuiApplication.instance()
+    hints = app.styleHints() if app is not None else None
+    scheme = getattr(hints, "colorScheme", None)  # Qt >= 6.5
+    if scheme is not None and scheme() == QtCore.Qt.ColorScheme.Light:
+        return "light"
+    return "dark"
+
+
 def get(name: str) -> Theme:
+    """The theme for a stored choice: ``system`` resolves to the desktop's scheme now."""
+    if name == "system":
+        name = system_scheme()
     return THEMES.get(name, DARK)
 
 

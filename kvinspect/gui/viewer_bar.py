@@ -14,6 +14,7 @@ import html
 from PySide6 import QtCore, QtWidgets
 
 from . import theme as th
+from .accessibility import fill_missing, name
 
 BANNER_LINES = 2  # notes shown in the banner itself; all of them in its tooltip
 
@@ -47,10 +48,10 @@ class ViewerBar(QtWidgets.QFrame):
         self.source.setObjectName("viewer-source")
         self.source.setTextFormat(QtCore.Qt.TextFormat.RichText)
         self.source.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
-        self.stop_button = QtWidgets.QPushButton("Stop following")
+        self.stop_button = QtWidgets.QPushButton("Stop follo&wing")
         self.stop_button.setToolTip("Stop reading the file; keep what was read as a read-only replay")
         self.stop_button.clicked.connect(self.stopFollowRequested)
-        self.back_button = QtWidgets.QPushButton("Back to live session")
+        self.back_button = QtWidgets.QPushButton("Back to &live session")
         self.back_button.setToolTip("Leave the trace and show the window's own session again")
         self.back_button.clicked.connect(self.backRequested)
         top = QtWidgets.QHBoxLayout()
@@ -74,15 +75,19 @@ class ViewerBar(QtWidgets.QFrame):
         self.spin.setKeyboardTracking(False)
         self.spin.valueChanged.connect(self._on_spin)
         self.total = QtWidgets.QLabel("/ 0")
-        self.latest = QtWidgets.QCheckBox("Latest")
+        self.latest = QtWidgets.QCheckBox("L&atest")
         self.latest.setToolTip("Follow the newest step as the file grows (off once you move the slider)")
         self.latest.toggled.connect(self._on_latest)
         low = QtWidgets.QHBoxLayout()
         low.setContentsMargins(0, 0, 0, 0)
-        low.addWidget(QtWidgets.QLabel("Turn"))
+        # Alt+R / Alt+P: the main window's menus hold F, E, C, V, T and H.
+        turn_label, step_label = QtWidgets.QLabel("Tu&rn"), QtWidgets.QLabel("Ste&p")
+        turn_label.setBuddy(self.turn_box)
+        step_label.setBuddy(self.slider)
+        low.addWidget(turn_label)
         low.addWidget(self.turn_box)
         low.addSpacing(6)
-        low.addWidget(QtWidgets.QLabel("Step"))
+        low.addWidget(step_label)
         low.addWidget(self.slider, 1)
         low.addWidget(self.spin)
         low.addWidget(self.total)
@@ -94,6 +99,17 @@ class ViewerBar(QtWidgets.QFrame):
         box.addWidget(self.banner)
         box.addLayout(top)
         box.addLayout(low)
+        # The same words as the main window's table (accessibility.WINDOW), for a bar shown on its own.
+        name(self.slider, "Replay step", "The step of the trace shown: drag to replay; arrow keys move one step, "
+             "Page Up/Down a tenth")
+        name(self.spin, "Replay step number", "The step of the trace shown")
+        name(self.turn_box, "Replay turn", "Jump to the end of a turn of the trace")
+        name(self.latest, "Latest step", "Show the latest step as the followed trace grows")
+        name(self.stop_button, "Stop following", "Stop reading the followed trace; keep what was read")
+        name(self.back_button, "Back to live session", "Leave the trace and show the live session")
+        self.setAccessibleName("Trace replay")
+        self.setAccessibleDescription("What trace is shown, and the controls to replay it step by step")
+        fill_missing(self)
         self.apply_theme(th.DARK)
 
     # -- what the window sets -------------------------------------------------------------

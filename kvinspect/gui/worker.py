@@ -107,6 +107,7 @@ class SessionController(QtCore.QObject):
     compareFinished = QtCore.Signal(object)  # the compare.json document
     engineDied = QtCore.Signal(str)  # one line: how the engine ended (killed by signal 9 (SIGKILL), …)
     engineState = QtCore.Signal(str)  # "starting", "ready", "unresponsive", "dead", "stopped"
+    autosavePaused = QtCore.Signal(str)  # one line: why the autosave stopped (a full disk); generation goes on
 
     def __init__(self, session_options=None, autosave: bool = True, command=None, parent=None,
                  engine_cmd: list[str] | None = None):
@@ -129,6 +130,7 @@ class SessionController(QtCore.QObject):
         self._pending_load: LoadRequest | None = None
         self._pending_turn: TurnRequest | None = None
         self._builder = None  # RecordBuilder of the engine's current session
+        self.autosave_paused: str | None = None  # why the autosave stopped (a full disk), while it is
         self._trace = None  # the autosave file (binary, append)
         self._tokens: list[str] = []
         self._reply: list[str] = []  # the running turn's text so far (kept when the engine dies)
@@ -414,11 +416,14 @@ class SessionController(QtCore.QObject):
 
     # -- the trace: this window's autosave and record ------------------------------------------------------
     def _trace_line(self, kind: str, obj: dict, raw: bytes) -> None:
-        from ..core.trace.messages import MessageError, from_line
+        from ..core.trace.messages import MessageError
         from ..core.trace.stream import RecordBuilder
+        from ..core.trace.validate import LineDecoder
 
+        decoder = getattr(self, "_line_decoder", None) or LineDecoder()  # the one validating reader
+        self._line_decoder = decoder
         try:
-            msg = from_line(obj)
+            msg = decoder.decode(obj, len(raw))
         except (MessageError, KeyError, ValueError, TypeError, zlib.error) as exc:
             self.problems.append(f"a {kind} line from the engine is damaged: {exc}")
             log.warning("%s", self.problems[-1])
@@ -449,13 +454,21 @@ class SessionController(QtCore.QObject):
         from ..core.trace.autosave import autosave_path
 
         model = header.get("model") or {}
-        path = autosave_path(str(model.get("name") or model.get("spec") or "model"))
-        try:
+        path = None
+        try:  # the folder is made (and pruned) here too: a full disk fails at mkdir already
+            path = autosave_path(str(model.get("name") or model.get("spec") or "model"))
             self._trace = path.open("wb")
             self.trace_path = str(path)
+            self.autosave_paused = None
         except OSError as exc:
-            log.warning("no autosave: cannot write %s: %s", path, exc.strerror or exc)
             self._trace = None
+            self._autosave_paused(f"autosave paused: cannot write {path or 'the autosave folder'}: "
+                                  f"{exc.strerror or exc}")
+
+    def _autosave_paused(self, message: str) -> None:
+        log.warning("%s", message)
+        self.autosave_paused = message
+        self.autosavePaused.emit(message)
 
     def _write_trace(self, raw: bytes, sync: bool = False) -> None:
         f = self._trace
@@ -467,8 +480,8 @@ class SessionController(QtCore.QObject):
             if sync:
                 os.fsync(f.fileno())
         except OSError as exc:
-            log.warning("autosave stopped: %s", exc.strerror or exc)
             self._trace = None
+            self._autosave_paused(f"autosave paused: {exc.strerror or exc}; the session goes on unsaved")
 
     def _write_message(self, msg) -> None:
         from ..core.trace.messages import dumps

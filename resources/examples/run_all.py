@@ -17,7 +17,8 @@ HERE = Path(__file__).resolve().parent
 EXAMPLES = (
     "correct_single_generate", "correct_multi_turn", "mistake_cache_in_loop", "mistake_reencode_history",
     "mistake_use_cache_false_with_cache", "mistake_cache_without_config",
-    "mistake_think_template_no_prefix_check", "baseline_use_cache_false",
+    "mistake_think_template_no_prefix_check", "mistake_static_cache_too_small", "mistake_same_input_again",
+    "mistake_new_message_only", "baseline_use_cache_false",
 )
 
 

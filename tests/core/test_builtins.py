@@ -12,14 +12,20 @@ from kvinspect.core.model.catalog import BUILTINS, find_builtin
 from kvinspect.core.model.loading import load_model
 
 from ..conftest import TINY, load_cached
+from .test_cache_shapes import require_shape
 
-CLASS_FOR_KIND = {"full": "DynamicLayer", "sliding": "DynamicSlidingWindowLayer", "chunked": "DynamicSlidingWindowLayer"}
+CLASS_FOR_KIND = {"full": "DynamicLayer", "sliding": "DynamicSlidingWindowLayer", "chunked": "DynamicSlidingWindowLayer",
+                  "state": "LinearAttentionLayer", "shared": "DummyLayer", "indexed": "DynamicIndexedLayer"}
+#: The newer cache shapes (tests/core/test_cache_shapes.py has their probe checks).
+NEW_SHAPES = ("tiny-qwen3next", "tiny-gemma3n", "tiny-deepseek-v32")
 
 
-@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("name", TINY + NEW_SHAPES)
 def test_builtin_cache_has_claimed_layer_kinds(name):
     from transformers import DynamicCache
 
+    if name in NEW_SHAPES:
+        require_shape(name)
     lm = load_cached(name)
     b = find_builtin(name)
     cache = DynamicCache(config=lm.model.config)
@@ -32,8 +38,14 @@ def test_builtin_cache_has_claimed_layer_kinds(name):
     for i, (kind, layer) in enumerate(zip(b.layer_kinds, cache.layers)):
         cls = type(layer).__name__
         assert cls.startswith(CLASS_FOR_KIND[kind]) or cls == CLASS_FOR_KIND[kind], (i, cls, kind)
+        if kind == "state":
+            assert not hasattr(layer, "keys") and any(t is not None for t in layer.conv_states.values())
+            continue
+        if kind == "shared":
+            assert layer.keys is None  # reads another layer's K/V, stores none
+            continue
         rows = layer.keys.shape[-2]
-        if kind == "full":
+        if kind in ("full", "indexed"):
             assert rows == n
         else:
             assert rows == b.window - 1, (i, rows)
@@ -50,8 +62,10 @@ def _kw(model):
     return cache_kwarg(model)
 
 
-@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("name", TINY + NEW_SHAPES)
 def test_builtin_loads_deterministically(name):
+    if name in NEW_SHAPES:
+        require_shape(name)
     # How fast a built-in loads is measured in benchmarks/engine_start.py, never asserted here.
     a = load_model(name, device="cpu")
     b = load_model(name, device="cpu")
@@ -66,7 +80,38 @@ def test_builtin_loads_deterministically(name):
 
 def test_catalog_lists_all_behaviours():
     kinds = {k for b in BUILTINS if b.tiny for k in b.layer_kinds}
-    assert {"full", "sliding", "chunked"} <= kinds
+    assert {"full", "sliding", "chunked", "state", "shared", "indexed"} <= kinds
     shapes = {b.kinds_short for b in BUILTINS}
     assert "S,F,S,F" in shapes  # alternating
     assert any(s.count("S") == 5 for s in shapes)  # hybrid 5:1
+
+
+def test_gemma3_270m_is_listed_with_its_kinds_and_window():
+    b = find_builtin("gemma3-270m")
+    assert b.kinds_short == "S×15,F×3" and b.window == 512 and b.fetch == "gemma3-270m"
+    assert b.continues_text and "continues text rather than chats" in b.behaviour
+    assert find_builtin("smollm2").kinds_short == "F×30"
+
+
+def test_transcript_template_file_is_the_builtin_one():
+    from pathlib import Path
+
+    from kvinspect.core.model.templates import TRANSCRIPT_TEMPLATE
+
+    path = Path(__file__).resolve().parents[2] / "resources" / "templates" / "transcript.jinja"
+    assert path.read_text(encoding="utf-8").rstrip("\n") == TRANSCRIPT_TEMPLATE
+    assert find_builtin("gemma3-270m").chat_template == TRANSCRIPT_TEMPLATE
+
+
+def test_transcript_renders_history_as_generated():
+    from jinja2 import Environment
+
+    from kvinspect.core.model.templates import TRANSCRIPT_TEMPLATE
+
+    # transformers renders with trim_blocks/lstrip_blocks: newlines must survive them.
+    t = Environment(trim_blocks=True, lstrip_blocks=True).from_string(TRANSCRIPT_TEMPLATE)
+    first = t.render(bos_token="<bos>", messages=[{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+    assert first.startswith("<bos>") and first.endswith("\n\nUser: Hi\n\nAssistant:")
+    again = t.render(bos_token="<bos>", add_generation_prompt=True, messages=[
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": " Hello."}, {"role": "user", "content": "Why?"}])
+    assert again.startswith(first + " Hello.\n\nUser: Why?")  # the cached prefix plus the reply, unchanged

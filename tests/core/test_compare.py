@@ -613,3 +613,41 @@ def test_cli_compare_mistakes_are_one_line(tmp_path, capsys, extra, message):
     assert rc == 2
     assert err.startswith("kvinspect: error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "o" / "compare.json").exists()
+
+
+# -- correctness: do the replies stay the baseline's? -----------------------------------------------------
+
+def test_lossless_configurations_reply_exactly_like_the_baseline(tiny_compare):
+    _lm, out, _result, files, _seen = tiny_compare
+    doc = json.loads(files.json.read_text(encoding="utf-8"))["correctness"]
+    assert doc["baseline"] == "dynamic" and doc["skip"] is None
+    by = {c["name"]: c for c in doc["configs"]}
+    for name in ("static", "nocache"):  # greedy, same model: token for token the same
+        assert (by[name]["same_turns"], by[name]["compared_turns"]) == (3, 3), by[name]
+        assert all(t["same"] and t["first_diff"] is None for t in by[name]["turns"])
+    assert by["offloaded"]["skip"] and "CUDA" in by["offloaded"]["skip"] and by["offloaded"]["turns"] == []
+    md = files.markdown.read_text(encoding="utf-8")
+    assert "## Correctness" in md and "| static | 3/3 turns |" in md and "| offloaded | – | not compared:" in md
+
+
+def test_a_configuration_that_changes_the_reply_says_where_and_how(tmp_path):
+    lm = load_cached("tiny-llama")
+    plan = ComparePlan(configs=parse_configs("dynamic,refeed,static"), script=_script(2, 8), repeat=1,
+                       baseline="static", max_cache_len=160)
+    result = run_compare(lm, plan, tmp_path)
+    doc = build_report(result)["correctness"]
+    assert doc["baseline"] == "static"
+    by = {c["name"]: c for c in doc["configs"]}
+    assert by["dynamic"]["same_turns"] == 2
+    # refeed duplicates the context from turn 2 on: same first reply, then another one.
+    t1, t2 = by["refeed"]["turns"]
+    assert t1["same"] is True and t2["same"] is False
+    assert 0 <= t2["first_diff"] < 8 and t2["continuation"] != t2["baseline_continuation"]
+    base_ids = result.config("static").runs[0].turns[1]["reply_ids"]
+    ids = result.config("refeed").runs[0].turns[1]["reply_ids"]
+    assert base_ids[:t2["first_diff"]] == ids[:t2["first_diff"]] and base_ids[t2["first_diff"]] != ids[t2["first_diff"]]
+
+
+def test_baseline_must_be_a_compared_configuration():
+    with pytest.raises(ScriptError, match="--baseline 'quantized' is not one of"):
+        ComparePlan(configs=parse_configs("dynamic,static"), script=_script(), baseline="quantized").validate()

@@ -100,7 +100,8 @@ FULL2 = [("full", "full", None)] * 2
 def test_a_correct_turn_fires_nothing_and_passes_every_item():
     events, items = run(conversation(40, 10, FULL2, prev_cache_id=1, cached_before=30))
     assert events == []
-    assert statuses(items) == {"cache_object": "pass", "length": "pass", "window": "pass", "device": "pass"}
+    assert statuses(items) == {"cache_object": "pass", "length": "pass", "window": "pass", "device": "pass",
+                               "config": "pass"}
     assert "reused 30 of 40" in items[0]["evidence"] and "49 tokens" in items[1]["evidence"]
 
 
@@ -136,7 +137,8 @@ def test_cache_disabled_reports_the_positions_recomputed():
     events, items = run(ctx)
     assert kinds(events) == [CACHE_DISABLED]
     assert events[0].data == {"forwards": 5, "q_len_first": 30, "q_len_last": 34, "positions": 30 + 31 + 32 + 33 + 34}
-    assert statuses(items) == {"cache_object": "fail", "length": "warn", "window": "pass", "device": "warn"}
+    assert statuses(items) == {"cache_object": "fail", "length": "warn", "window": "pass", "device": "warn",
+                               "config": "pass"}
 
 
 # -- context_limit ----------------------------------------------------------------------------------------
@@ -273,7 +275,8 @@ def test_prefix_divergence_reports_position_and_crop():
     ctx.divergence_at, ctx.cropped_from, ctx.cropped_to = 37, 55, 37
     events, items = run(ctx)
     assert kinds(events) == [PREFIX_DIVERGENCE]
-    assert events[0].data == {"position": 37, "cached": 37, "cropped_to": 37, "recreated": False}
+    assert events[0].data == {"position": 37, "cached": 37, "cropped_to": 37, "recreated": False,
+                              "cause": "history_changed"}
     assert "cropped from 55 to 37" in events[0].message
     assert statuses(items)["length"] == "pass"
 
@@ -331,7 +334,7 @@ def test_kvinspect_run_prints_and_writes_a_passing_checklist(tmp_path, capsys):
     assert "FAIL" not in text and "WARN" not in text
     assert text.count("PASS  Cache object present and reused") == 2
     for t in summary["turns"]:
-        assert [i["key"] for i in t["checklist"]] == ["cache_object", "length", "window", "device"]
+        assert [i["key"] for i in t["checklist"]] == ["cache_object", "length", "window", "device", "config"]
         assert {i["status"] for i in t["checklist"]} == {"pass"}
         assert all(i["evidence"] for i in t["checklist"])
     assert summary["problems"] == []

@@ -128,3 +128,65 @@ def test_out_of_memory_while_loading_weights_is_a_runtime_fault(tmp_path, monkey
     with pytest.raises(Exception) as info:
         load_model(str(folder), device="cpu")
     assert type(info.value).__name__ == "ModelLoadError" and info.value.exit_code == 2
+
+
+# -- a full disk under the output (issue 18): the right blame, the right code, nothing half-written -----------
+
+SEED = __import__("pathlib").Path(__file__).parents[1] / "fuzz" / "data" / "tiny-gemma3.jsonl"
+
+
+def _full_disk_after(monkeypatch, module, name: str, calls: int):
+    """``module.name`` works ``calls`` times, then raises ENOSPC as a full disk does."""
+    real = getattr(module, name)
+    left = [calls]
+
+    def fake(*a, **kw):
+        if left[0] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        left[0] -= 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(module, name, fake)
+
+
+def test_report_on_a_full_disk_blames_the_target_and_removes_the_partial_bundle(tmp_path, capsys, monkeypatch):
+    import kvinspect.core.report.bundle as bundle
+
+    _full_disk_after(monkeypatch, bundle, "write_summary", 0)  # the trace copy landed, the summary did not
+    out = tmp_path / "bundle"
+    rc = cli.main(["report", str(SEED), "--out", str(out), "--no-plots"])
+    err = _err(capsys)
+    assert rc == 1 and len(err) == 1, err
+    assert err[0].startswith(f"kvinspect: error: cannot write the report into {out}: ") and str(SEED) not in err[0]
+    assert not out.exists()
+
+
+def test_trace_passes_on_the_programs_code_when_the_summary_cannot_be_written(tmp_path, capsys, monkeypatch):
+    import shutil
+    import sys
+
+    import kvinspect.commands.trace as trace_cmd
+    import kvinspect.core.trace.summary as summary
+
+    out = tmp_path / "tr"
+
+    def program(cmd, env):  # as if it had run a model: its trace is there, and it exited 0
+        shutil.copyfile(SEED, out / "trace.jsonl")
+        return 0
+
+    monkeypatch.setattr(trace_cmd, "_run", program)
+    _full_disk_after(monkeypatch, summary, "write_summary", 0)
+    rc = cli.main(["trace", "--out", str(out), "-q", "--", sys.executable, "-c", "pass"])
+    err = _err(capsys)
+    assert rc == 0, err
+    assert any("cannot write" in ln and "summary.json" in ln for ln in err), err
+    assert not (out / "summary.json").exists()
+
+
+def test_screenshot_under_a_file_is_refused_before_the_window(tmp_path, capsys):
+    pytest.importorskip("PySide6")
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    rc = cli.main(["gui", "--model", "tiny-llama", "--screenshot", str(f / "shot.png"), "--exit-when-done"])
+    err = _err(capsys)
+    assert rc == 2 and err == [f"kvinspect: error: --screenshot {f / 'shot.png'}: {f} is a file, not a folder"]

@@ -105,3 +105,38 @@ def test_device_choice_on_cpu_only_machine():
             resolve_device("multi-gpu")
     with pytest.raises(ModelSpecError, match="unknown device"):
         resolve_device("tpu")
+
+
+# -- damaged and hostile model folders (issue 18): one line each, before anything big is built ---------------
+
+_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256,
+          "max_position_embeddings": 512}
+
+
+def _folder(tmp_path, name, config, files=None):
+    from kvinspect.core.model.tiny import build_tokenizer
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**_LLAMA, **config}))
+    build_tokenizer().save_pretrained(d)  # so loading gets as far as the weights
+    for fname, data in (files or {}).items():
+        (d / fname).write_bytes(data)
+    return d
+
+
+@pytest.mark.parametrize("name, config, files, match", [
+    ("truncated-st", {}, {"model.safetensors": b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":"}, "SafetensorError"),
+    ("random-st", {}, {"model.safetensors": bytes(range(256)) * 4}, "could not load the weights"),
+    ("pickle-bin", {}, {"pytorch_model.bin": b"\x80\x04\x95garbage, not a pickle"}, "could not load the weights"),
+    ("layers-four", {"num_hidden_layers": "four"}, {}, "num_hidden_layers"),
+    ("layers-1e9", {"num_hidden_layers": 10**9}, {}, "num_hidden_layers is 1000000000"),
+    ("too-big", {"num_hidden_layers": 9000, "hidden_size": 65536, "intermediate_size": 200000}, {},
+     "more than this machine's"),
+])
+def test_damaged_model_folder_is_one_line(tmp_path, name, config, files, match):
+    d = _folder(tmp_path, name, config, files)
+    with pytest.raises(ModelLoadError, match=match) as exc:
+        load_model(str(d), device="cpu")
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 500

@@ -167,6 +167,19 @@ def test_per_step_series_follow_the_query_lengths(request, name):
         assert list(rec.nbytes[t.end_step - 1]) == [lay["bytes"] for lay in t.layers]
 
 
+@pytest.mark.parametrize("name", TINY + ("smollm2",))
+def test_per_step_read_takes_one_layer_per_group_and_the_layers_agree(request, name):
+    """The series above came from one layer per same-kind group; the snapshot found every layer agreeing."""
+    loaded = _loaded(request, name)
+    session, turns = _sessions.get(name) or _run(loaded)
+    groups = session.probe._state(session.cache).groups
+    kinds = _kinds(name)
+    assert groups is not None and len(groups.reps) == len(set(kinds)) < len(kinds)
+    assert sorted(i for m in groups.members for i in m) == list(range(len(kinds)))
+    assert all(len({kinds[i] for i in m}) == 1 for m in groups.members)
+    assert not [e for e in session.record.events if e.kind == "layers_disagree"]
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma2"])
 def test_static_cache_matches_transformers(name):
     loaded = load_cached(name)

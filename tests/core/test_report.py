@@ -291,7 +291,7 @@ def test_the_renderer_is_the_callers(gemma3_record, tmp_path):
         return PlotResult(files=[png], notes=["memory: nothing to draw"])
 
     res = write_report(gemma3_record, tmp_path / "drawn", formats=("png",), renderer=fake)
-    assert calls == [("trace", "trace.jsonl", ("png",))]
+    assert calls == [("trace+tokens", "trace.jsonl", ("png",))]
     md = (tmp_path / "drawn" / "report.md").read_text(encoding="utf-8")
     assert "(cache.png)" in md and "memory: nothing to draw" in md and res.notes == ["memory: nothing to draw"]
     calls.clear()
@@ -324,8 +324,9 @@ def test_a_failed_turn_reads_as_sentences_without_python_none(tmp_path):
     t2.cache_id, t2.cache_class, t2.layers, t2.kv_bytes, t2.kv_held_bytes = 0, "None", [], 0, 0
     md = _report_md(rec, tmp_path / "bundle")
     assert not _LEAKS.findall(md), _LEAKS.findall(md)
-    assert ("⚠️ **1 problem event:** `turn_failed` (turn 2).\n\n"
-            "- Turn 2 did not complete normally (failed): see [Turns](#turns).") in md
+    # capacity_near / capacity_exceeded (issue 14): the counts showed turn 2 could not fit.
+    assert ("⚠️ **3 problem events:** `capacity_near` (turn 1); `capacity_exceeded` (turn 2); `turn_failed` (turn 2)."
+            "\n\n- Turn 2 did not complete normally (failed): see [Turns](#turns).") in md
     assert "| 2 | failed | reuse | none | 103 |" in md  # as the terminal table says it
     assert "| Cache class | `StaticCache` (turn 1); no cache object (turn 2) |" in md
     assert "Turn 2: no cache object</summary>" in md

@@ -167,3 +167,93 @@ def test_a_key_given_twice_is_refused(tmp_path):
     p = tmp_path / "s.json"
     p.write_text('{"turns": ["hi"], "max_new_tokens": 20, "max_new_tokens": 4}')
     _one_line_error(p, "'max_new_tokens' appears twice")
+
+
+# -- hostile scripts and flags (issue 18): refused before the model loads, one line each -------------------
+
+def _run_cli(tmp_path, capsys, script_text: str, *extra: str, out: str | None = None):
+    from kvinspect.cli import main
+
+    p = tmp_path / "s.json"
+    p.write_text(script_text, encoding="utf-8")
+    rc = main(["run", "--model", "tiny-llama", "--script", str(p), "--out", out if out is not None
+               else str(tmp_path / "out"), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    return rc, err
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"turns": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ('{"turns": ["hi \\ud800 there"]}', "lone surrogate"),
+    ('{"system": "\\udfff", "turns": ["hi"]}', "lone surrogate"),
+    (json.dumps({"turns": ["word " * 300_000]}), "no context window holds that much"),
+    ('{"turns": ["hi"], "max_new_tokens": ' + "9" * 5000 + "}", "s.json"),
+])
+def test_hostile_scripts_are_refused_before_the_model_loads(tmp_path, capsys, text, needle):
+    rc, err = _run_cli(tmp_path, capsys, text)
+    assert rc == 2 and len(err) == 1 and err[0].startswith("kvinspect: error: ") and needle in err[0], err
+    assert not (tmp_path / "out").exists()  # no 0-byte script.json, no empty folder
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--system", "\udc80"], "--system holds a lone surrogate"),
+    (["--generation-config", "x=" + "[" * 100_000 + "]" * 100_000], "not a usable JSON value"),
+])
+def test_hostile_flags_are_refused_before_the_model_loads(tmp_path, capsys, extra, needle):
+    rc, err = _run_cli(tmp_path, capsys, '{"turns": ["hi"]}', *extra)
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_an_empty_out_is_refused_not_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, err = _run_cli(tmp_path, capsys, '{"turns": ["hi"]}', out="")
+    assert rc == 2 and err == ["kvinspect: error: --out is empty; give a folder"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+def test_a_fifo_is_not_read_as_a_script_or_template(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ScriptError, match="not a regular file"):
+        load_script(fifo)
+    rc, err = _run_cli(tmp_path, capsys, '{"turns": ["hi"]}', "--chat-template", str(fifo))
+    assert rc == 2 and len(err) == 1 and "not a regular file" in err[0], err
+
+
+def test_overwrite_keeps_the_earlier_run_when_the_new_one_cannot_start(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, body in (("trace.jsonl", "old trace\n"), ("summary.json", "{}"), ("script.json", "{}")):
+        (out / name).write_text(body)
+    from kvinspect.cli import main
+
+    p = tmp_path / "s.json"
+    p.write_text('{"turns": ["hi"]}')
+    bad = tmp_path / "model"  # resolves (a folder with a config), fails to load: after --out was claimed
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": "four"}))
+    rc = main(["run", "--model", str(bad), "--script", str(p), "--out", str(out), "--overwrite"])
+    assert rc == 2
+    assert "num_hidden_layers" in capsys.readouterr().err
+    assert (out / "trace.jsonl").read_text() == "old trace\n" and (out / "summary.json").exists()
+    assert [q.name for q in tmp_path.iterdir() if q.name.startswith(".")] == []  # nothing set aside is left
+
+
+def test_compare_refuses_a_bogus_compile_mode_and_a_folder_it_does_not_own(tmp_path, capsys):
+    from kvinspect.cli import main
+
+    p = tmp_path / "s.json"
+    p.write_text('{"turns": ["hi"]}')
+    rc = main(["compare", "--model", "tiny-llama", "--script", str(p), "--out", str(tmp_path / "c"),
+               "--compile-mode", "bogus"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "is not a torch.compile mode" in err[0], err
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "mine.txt").write_text("keep")
+    rc = main(["compare", "--model", "tiny-llama", "--script", str(p), "--out", str(busy)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "holds no earlier comparison" in err[0], err
+    assert sorted(q.name for q in busy.iterdir()) == ["mine.txt"]

@@ -47,7 +47,7 @@ def test_bad_keys_are_dropped_not_fatal(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         s = load_settings(p)
     assert s.seed == 7  # the good key survives
-    assert s.theme == "dark" and s.max_new_tokens == 64 and s.do_sample is False
+    assert s.theme == "system" and s.max_new_tokens == 64 and s.do_sample is False
     assert s.picked_layers == [1, 3] and s.temperature == 1.0 and s.model == ""
     assert s.window.width == 640 and s.window.height == 900 and s.window.x is None
     assert s.version == SETTINGS_VERSION

@@ -51,16 +51,20 @@ def _check_examples(tmp_path, spec: str, max_new_tokens: int, model_kind: str):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("== ") == len(EXPECTED)  # the program's own output, untouched
     rec = read_trace(out / "trace.jsonl")
-    assert rec.notes == [] and all(t.status == "ok" for t in rec.turns)
+    # 'sliding' (every layer windowed) falls back to 'windowed' where an example does not tell them apart.
+    want = {name: EXPECTED[name].get(model_kind, EXPECTED[name]["windowed"]) for name in EXPECTED}
     got = problems_by_example(rec)
-    assert got == {name: EXPECTED[name][model_kind] for name in EXPECTED}
+    # A turn fails only where its example's mistake makes transformers raise (a full static cache).
+    assert rec.notes == [] and all(t.status == "ok" or "turn_failed" in want[t.settings["where"].split(":")[0]]
+                                   for t in rec.turns)
+    assert got == want
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["problems"] == sorted({k for name in EXPECTED for k in EXPECTED[name][model_kind]})
+    assert summary["problems"] == sorted({k for name in want for k in want[name]})
     assert "events:" in r.stderr and "prefix_divergence" in r.stderr  # the report went to stderr
 
 
 def test_trace_names_each_example_mistake_on_a_windowed_model(tmp_path):
-    _check_examples(tmp_path, "tiny-mistral", 8, "windowed")
+    _check_examples(tmp_path, "tiny-mistral", 8, "sliding")
 
 
 @pytest.mark.smollm2
@@ -239,11 +243,12 @@ def test_an_earlier_trace_is_never_lost_and_the_program_sees_its_own_environment
     r = kvinspect_trace(out, sys.executable, str(p), env=env)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--overwrite" in r.stderr
     assert (out / "trace.jsonl").read_text() == "earlier\n" and (out / "summary.json").exists()
-    # With --overwrite the earlier files go; the program's environment is its own (kvinspect's
-    # quieting of its own output does not reach it).
+    # With --overwrite a program that runs no model still leaves the earlier files as they were
+    # (tests/core/test_overwrite.py); the program's environment is its own (kvinspect's quieting of
+    # its own output does not reach it).
     r = kvinspect_trace(out, sys.executable, str(p), env=env, extra=("--overwrite",))
     assert r.returncode == 0 and r.stdout == "[]\n", (r.stdout, r.stderr)
-    assert not (out / "trace.jsonl").exists()
+    assert (out / "trace.jsonl").read_text() == "earlier\n" and "earlier traces there are kept" in r.stderr
 
 
 LIVE = textwrap.dedent('''

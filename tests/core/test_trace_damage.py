@@ -9,14 +9,17 @@ what was lost).
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvinspect.cli import main as cli_main
 from kvinspect.core.errors import TraceError
+from kvinspect.core.report.bundle import write_report
 from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.tracefile import TRACE_NAME, VERSION, TraceReader, read_trace
@@ -213,3 +216,104 @@ def test_follow_mode_keeps_a_running_turn_running(trace):
         f.write(b"\n".join(lines[i:]))
     reader.poll()
     assert reader.record.turns[2].status == "ok"
+
+
+# -- hostile numbers and types (issue 18): the validating reader, tests/fuzz for the property suite --------
+
+SEED = Path(__file__).parents[1] / "fuzz" / "data" / "tiny-gemma3.jsonl"
+
+
+def _mutated(tmp_path, i, path, value):
+    from tests.fuzz.mutations import lines_of, set_field
+
+    p = tmp_path / "m.jsonl"
+    p.write_bytes(set_field(lines_of(SEED.read_bytes()), i, path, value))
+    return p
+
+
+def _line_of(kind):
+    from tests.fuzz.mutations import lines_of
+
+    return next(i for i, o in enumerate(lines_of(SEED.read_bytes())) if o["type"] == kind)
+
+
+@pytest.mark.parametrize("kind, path, value", [
+    ("steps", ("first",), 10**9),  # padded a billion rows: 23 GB
+    ("steps", ("n",), 10**9),
+    ("steps", ("cols",), {}),  # shrunk by the corpus: StopIteration in append_columns
+    ("turn", ("index",), 10**8),  # a hundred million placeholder turns
+    ("turn_start", ("index",), 10**8),
+    ("turn", ("layers", 0, "seen"), ""),  # shrunk by the corpus: report compared int < str
+    ("turn", ("checklist",), 3),
+    ("turn", ("new_tokens",), "12"),
+    ("event", ("layers",), ["a", "b"]),
+    ("steps", ("cols", "seen", "dtype"), "|O"),
+    ("steps", ("cols", "seen", "shape"), [10**9, 10**9]),
+    ("turn", ("ids", "prompt"), ["x"]),
+    ("turn", ("ids", "base_turn"), 5),
+])
+def test_a_lying_line_is_skipped_with_a_note(tmp_path, kind, path, value):
+    p = _mutated(tmp_path, _line_of(kind), path, value)
+    rec = read_trace(p)
+    assert any("is damaged" in n for n in rec.notes), rec.notes
+    assert rec.n_steps <= 80 and len(rec.turns) <= 2
+    write_report(rec, tmp_path / "rep", plots_enabled=False, trace_file=p)
+
+
+@pytest.mark.parametrize("path, value, match", [
+    (("n_layers",), 10**9, "n_layers"), (("n_layers",), -1, "n_layers"), (("n_layers",), "six", "n_layers"),
+    (("session",), "x", "session"), (("model",), [1, 2], "model"),
+    (("model", "config"), -(10**9), "config"),  # shrunk by the corpus: report called .items() on an int
+])
+def test_a_lying_header_is_one_line(tmp_path, path, value, match):
+    _one_line_error(_mutated(tmp_path, 0, path, value), match)
+
+
+def test_a_zlib_bomb_costs_what_it_claims(tmp_path):
+    from tests.fuzz.mutations import zlib_bomb_line
+
+    lines = SEED.read_bytes().splitlines()
+    i = _line_of("steps")
+    bomb = zlib_bomb_line(0, 80, 6, 256)  # 256 MB of zeros for a column of 80 x 6 int32
+    p = tmp_path / "bomb.jsonl"
+    p.write_bytes(b"\n".join(lines[:i] + [bomb] + lines[i + 1:]) + b"\n")
+    rec = read_trace(p)
+    assert rec.n_steps == 0 and any("does not decompress" in n for n in rec.notes), rec.notes
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    _one_line_error(fifo, "not a regular file")
+
+
+def test_deep_nesting_is_a_damaged_line(tmp_path):
+    lines = SEED.read_bytes().splitlines()
+    p = tmp_path / "deep.jsonl"
+    p.write_bytes(lines[0] + b'\n{"type":"note","key":"k","value":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n")
+    rec = read_trace(p)
+    assert any("line 2" in n and "damaged" in n for n in rec.notes)
+
+
+def test_twenty_thousand_open_turns_are_one_note_not_twenty_thousand(tmp_path):
+    from tests.fuzz.mutations import join, lines_of
+
+    objs = lines_of(SEED.read_bytes())
+    start = objs[_line_of("turn_start")]
+    p = tmp_path / "many.jsonl"
+    p.write_bytes(join(objs[:1] + [{**start, "index": k} for k in range(20_000)]))
+    rec = read_trace(p)
+    assert len(rec.turns) == 20_000 and len(rec.notes) < 20
+
+
+def test_a_lost_turn_run_is_one_note(tmp_path):
+    from tests.fuzz.mutations import join, lines_of
+
+    objs = lines_of(SEED.read_bytes())
+    start = objs[_line_of("turn_start")]
+    p = tmp_path / "gap.jsonl"
+    p.write_bytes(join(objs[:1] + [start] + [{"type": "note", "key": f"k{k}", "value": 0} for k in range(50)]
+                       + [{**start, "index": 40}]))
+    rec = read_trace(p)
+    assert len(rec.turns) == 41 and [n for n in rec.notes if "are lost:" in n] == [
+        "turns 2–40 are lost: both their start and closing lines are damaged"]

@@ -66,6 +66,7 @@ def _trace_kinds(path) -> list[str]:
     return [json.loads(line)["type"] for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.plain_engine
 def test_the_model_runs_in_an_engine_child(qtbot, window):
     info = load(qtbot, window, "tiny-llama")
     c = window.controller
@@ -174,6 +175,7 @@ def test_the_window_process_never_imports_torch(tmp_path, run_gui):
     assert len(traces) == 1 and _trace_kinds(traces[0]).count("turn") == 2
 
 
+@pytest.mark.plain_engine
 def test_scripted_run_exits_1_with_a_screenshot_when_the_engine_dies(tmp_path, run_gui):
     script = tmp_path / "long.json"
     script.write_text(json.dumps({"turns": ["A turn that never ends.", "Never sent."], "max_new_tokens": 20000}))

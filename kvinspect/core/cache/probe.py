@@ -2,7 +2,8 @@
 
 Two speeds. :meth:`CacheProbe.lengths` runs after every forward pass: attribute reads and
 shapes only, no device sync (static layers on an accelerator keep a counter advanced by the
-forward's query length instead of reading their 0-d ``cumulative_length`` tensor).
+forward's query length instead of reading their 0-d ``cumulative_length`` tensor), and only one
+layer per group of same-kind layers (:mod:`.layer_groups`), so its cost is flat in the layer count.
 :meth:`CacheProbe.snapshot` walks every tensor and storage (≈150 µs for 30 layers) and is
 meant for the end of a turn or a throttled refresh. See docs/probe.md for what each field means.
 """
@@ -10,12 +11,14 @@ meant for the end of a turn or a throttled refresh. See docs/probe.md for what e
 from __future__ import annotations
 
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import count
 
 import numpy as np
 
 from kvinspect.core import compat
+from kvinspect.core.cache import layer_kinds
+from kvinspect.core.cache.layer_groups import LayerGroups, kind_groups
 from kvinspect.core.errors import UnsupportedCacheError
 
 NA = -1  # "no token axis" (linear-attention / shared layers) in integer series
@@ -25,7 +28,7 @@ ATTENTION_OF_LAYER_TYPE = {
     "full_attention": "full",
     "sliding_attention": "sliding",
     "chunked_attention": "chunked",
-    "linear_attention": "linear",
+    **layer_kinds.KIND_OF_LAYER_TYPE,
 }
 
 
@@ -35,11 +38,12 @@ class LayerShape:
 
     index: int
     cls: str
-    attention: str  # full | sliding | chunked | linear | shared  (what the cache does)
+    attention: str  # full | sliding | chunked | state | shared | indexed  (what the cache does)
     config_attention: str  # what the model config asks for
     storage: str  # dynamic | static | quantized | linear | none | legacy
     window: int | None
     capacity: int | None
+    reads_from: int | None = None  # shared layers: the layer whose K/V they read
 
     @property
     def kind(self) -> str:
@@ -67,6 +71,7 @@ class LayerSnapshot:
     dtype: str
     bytes: int
     held_bytes: int
+    reads_from: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,6 +83,8 @@ class CacheSnapshot:
     cache_class: str
     offloading: bool
     layers: list[LayerSnapshot] = field(default_factory=list)
+    #: Layers that must hold the same numbers (one kind, storage, device, dtype, row size); not serialised.
+    groups: list[list[int]] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
@@ -127,7 +134,9 @@ def _attention_of(layer, storage: str, config_attention: str) -> str:
     if storage == "none":
         return "shared"
     if storage == "linear":
-        return "linear"
+        return layer_kinds.STATE
+    if layer_kinds.is_indexed_layer(layer):
+        return layer_kinds.INDEXED
     name = _cls_name(layer)
     sliding = bool(getattr(layer, "is_sliding", False)) or "Sliding" in name or "Chunked" in name
     if not sliding:
@@ -150,7 +159,7 @@ def _window_of(layer, attention: str, config_window: int | None) -> int | None:
 class _CacheState:
     """Per-cache bookkeeping: layer shapes and counters for static layers on accelerators."""
 
-    __slots__ = ("cache_id", "shapes", "readers", "est_seen", "row_bytes", "__weakref__")
+    __slots__ = ("cache_id", "shapes", "readers", "est_seen", "row_bytes", "groups", "__weakref__")
 
     def __init__(self, cache_id: int):
         self.cache_id = cache_id
@@ -158,6 +167,7 @@ class _CacheState:
         self.readers: list = []
         self.est_seen: dict[int, int] = {}
         self.row_bytes: dict[int, int] = {}
+        self.groups: LayerGroups | None = None  # set after the first full read where every layer had tensors
 
 
 class CacheProbe:
@@ -169,10 +179,12 @@ class CacheProbe:
         self.config = config
         self.config_types = compat.config_layer_types(config)
         self.n_layers = int(n_layers or len(self.config_types) or 0)
+        self.shared_sources = layer_kinds.shared_sources(config)
         self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._legacy: dict[int, _CacheState] = {}
         self.devices: list[str] = []  # device table: code -> "cpu", "cuda:0", ...
         self._dev_codes: dict = {}
+        self.group_layers = True  # False: read every layer every forward (the benchmarks' baseline)
 
     # -- identity -------------------------------------------------------------------------
     def identify(self, cache) -> tuple[int, bool]:
@@ -234,6 +246,7 @@ class CacheProbe:
         if len(st.shapes) != len(layers):
             st.shapes = [self._shape_of(i, lay) for i, lay in enumerate(layers)]
             st.readers = [self._reader_for(s) for s in st.shapes]
+            st.groups = None
         return st.shapes
 
     def _shape_of(self, i: int, layer) -> LayerShape:
@@ -247,14 +260,17 @@ class CacheProbe:
         capacity = compat.layer_capacity(layer) if storage not in ("none", "linear") else None
         if storage == "dynamic" and attention in ("sliding", "chunked") and capacity is None:
             capacity = window
-        return LayerShape(i, _cls_name(layer), attention, config_attention, storage, window, capacity)
+        reads_from = self.shared_sources.get(i) if attention == layer_kinds.SHARED else None
+        return LayerShape(i, _cls_name(layer), attention, config_attention, storage, window, capacity, reads_from)
 
     @staticmethod
     def _reader_for(shape: LayerShape) -> str:
         if shape.storage == "legacy":
             return "legacy"
-        if shape.storage in ("none", "linear"):
+        if shape.storage == "none":
             return "na"
+        if shape.storage == "linear":
+            return "state"
         if shape.storage == "quantized":
             return "quant"
         if shape.storage == "static":
@@ -274,9 +290,10 @@ class CacheProbe:
         if cache is None:
             return (np.full(n, NA, dtype=np.int32), np.full(n, NA, dtype=np.int32),
                     np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.int64))
-        shapes = self.shapes(cache)
         st = self._state(cache)
         layers = self._layers(cache)
+        shapes = st.shapes if len(st.shapes) == len(layers) else self.shapes(cache)
+        groups = st.groups
         readers = st.readers
         row_bytes = st.row_bytes
         codes = self._dev_codes
@@ -284,11 +301,17 @@ class CacheProbe:
         stored = [NA] * n
         dev = [-1] * n
         nbytes = [0] * n
-        for i in range(min(n, len(layers))):
+        # Grouped: one layer per group of same-kind layers (see layer_groups); else every layer.
+        for i in (groups.reps if groups is not None else range(min(n, len(layers)))):
             reader = readers[i]
             if reader == "na":
                 continue
             layer = layers[i]
+            if reader == "state":  # no token axis: seen/stored stay NA, the state's bytes count
+                d, nbytes[i] = layer_kinds.state_read(layer)
+                if d is not None:
+                    dev[i] = self.dev_code(d)
+                continue
             if reader == "legacy":
                 k = layer[0]
                 rows = int(k.shape[-2])
@@ -314,8 +337,7 @@ class CacheProbe:
                 dev[i] = code if code is not None else self.dev_code(d)
                 rb = row_bytes.get(i)
                 if rb is None:
-                    shp = keys.shape
-                    rb = row_bytes[i] = 2 * shp[0] * shp[1] * shp[3] * keys.element_size()
+                    rb = row_bytes[i] = layer_kinds.row_bytes(layer, keys)
                 nbytes[i] = rows * rb
             if reader == "dyn":
                 seen[i] = stored[i] = rows
@@ -326,8 +348,14 @@ class CacheProbe:
                 s = seen[i] = self._static_seen(st, i, layer, q_len)
                 cap = shapes[i].capacity
                 stored[i] = min(s, cap if cap is not None else rows)
-        return (np.array(seen, dtype=np.int32), np.array(stored, dtype=np.int32),
-                np.array(dev, dtype=np.int8), np.array(nbytes, dtype=np.int64))
+        if groups is not None:
+            return groups.spread(seen, stored, dev, nbytes)
+        out = (np.array(seen, dtype=np.int32), np.array(stored, dtype=np.int32),
+               np.array(dev, dtype=np.int8), np.array(nbytes, dtype=np.int64))
+        # Offloaded layers move between devices every forward: those caches keep the full read.
+        if self.group_layers and not getattr(cache, "offloading", False):
+            st.groups = LayerGroups.build(shapes, readers, row_bytes, *out)
+        return out
 
     def _static_seen(self, st: _CacheState, i: int, layer, q_len: int) -> int:
         cum = getattr(layer, "cumulative_length_int", None)
@@ -390,6 +418,7 @@ class CacheProbe:
                     config_attention=shape.config_attention, storage=shape.storage, cls=shape.cls,
                     seen=seen, stored=stored, capacity=shape.capacity, window=shape.window,
                     device=device, home_device=home, dtype=dtype, bytes=int(logical), held_bytes=int(held),
+                    reads_from=shape.reads_from,
                 )
             )
         return CacheSnapshot(
@@ -397,7 +426,15 @@ class CacheProbe:
             cache_class=_cls_name(cache),
             offloading=bool(getattr(cache, "offloading", False)),
             layers=out,
+            groups=kind_groups((lay.index, _agree_key(lay, shape, layer)) for lay, shape, layer in zip(out, shapes, layers)
+                               if shape.storage != "none"),
         )
+
+
+def _agree_key(lay: LayerSnapshot, shape: LayerShape, layer) -> tuple:
+    keys = None if isinstance(layer, tuple) else getattr(layer, "keys", None)
+    rb = layer_kinds.row_bytes(layer, keys) if keys is not None and getattr(keys, "dim", None) and keys.dim() == 4 else 0
+    return (replace(shape, index=0), lay.device, lay.dtype, rb)
 
 
 def _exact_seen(layer) -> int:

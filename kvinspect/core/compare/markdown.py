@@ -117,6 +117,7 @@ def markdown(d: dict) -> str:
     base = d.get("baseline")
     if plan.get("conversation"):
         out += _conversation(configs, base, mem)
+        out += _correctness(d.get("correctness"))
     skipped = [c for c in configs if c["status"] != "ran"]
     if skipped:
         out += ["## Skipped", ""]
@@ -135,6 +136,36 @@ def markdown(d: dict) -> str:
     out += [f"- {n}" for n in _standard_notes(d) + list(d.get("notes") or [])]
     out.append("")
     return "\n".join(out)
+
+
+def _correctness(doc: dict | None) -> list[str]:
+    """Whether each configuration's greedy replies equal the baseline's (absent in older compare.json)."""
+    if not doc:
+        return []
+    out = ["## Correctness", ""]
+    if doc.get("skip"):
+        return out + [f"Not compared: {doc['skip']}.", ""]
+    out += [f"Greedy replies compared token by token with **{doc['baseline']}**'s.", "",
+            "| configuration | same replies | first difference |", "|---|---|---|"]
+    for c in doc.get("configs") or []:
+        if c.get("skip"):
+            out.append(f"| {c['name']} | – | not compared: {c['skip']} |")
+            continue
+        diffs = [t for t in c["turns"] if t["same"] is False]
+        where = "; ".join(
+            f"turn {t['turn'] + 1}, token {t['first_diff']}: {_code(t['baseline_continuation'])} → "
+            f"{_code(t['continuation'])}" for t in diffs[:3]) or "–"
+        skipped = [t for t in c["turns"] if t["skip"]]
+        if skipped:
+            where += f" ({len(skipped)} turn(s) not compared: {skipped[0]['skip']})"
+        verdict = f"{c['same_turns']}/{c['compared_turns']} turns" + ("" if not diffs else " ⚠️")
+        out.append(f"| {c['name']} | {verdict} | {where} |")
+    return out + [""]
+
+
+def _code(text: str | None) -> str:
+    t = (text or "").replace("|", "\\|").replace("\n", "⏎").replace("`", "'")
+    return f"`{t}`" if t else "(end)"
 
 
 def _conversation(configs: list[dict], base: str | None, mem: str) -> list[str]:

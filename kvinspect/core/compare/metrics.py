@@ -11,6 +11,7 @@ import gc
 
 import numpy as np
 
+from kvinspect.core.compare.correctness import reply_tokens
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 
 #: Failure kinds, as compare.json reports them.
@@ -76,6 +77,7 @@ def turn_metrics(turn: TurnRecord, record: TraceRecord, mem_kind: str) -> dict:
     else:
         peak_mem = int(turn.peak_rss or 0)
     ttft = turn.ttft_s
+    reply_ids, reply_pieces = reply_tokens(turn, record)
     return {
         "index": turn.index,
         "status": turn.status,
@@ -99,6 +101,8 @@ def turn_metrics(turn: TurnRecord, record: TraceRecord, mem_kind: str) -> dict:
         "cache_class": turn.cache_class,
         "cache_objects": sorted({int(i) for i in ids if i}),
         "steps": b - a,
+        "reply_ids": reply_ids,  # greedy replies are compared with the baseline's (correctness.py)
+        "reply_pieces": reply_pieces,
     }
 
 

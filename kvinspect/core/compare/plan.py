@@ -43,6 +43,7 @@ class ComparePlan:
     compile_mode: str | None = None  # default: reduce-overhead on CUDA, default elsewhere
     script_name: str | None = None
     command: list[str] | None = None
+    baseline: str | None = None  # replies are compared with this configuration's (default: the first)
 
     def validate(self) -> ComparePlan:
         if not self.configs:
@@ -63,6 +64,9 @@ class ComparePlan:
         if (self.conversation or self.turns_until_failure) and self.script is None:
             raise ScriptError("--script is needed for the conversation comparison and the stress mode")
         self.settings.validate()
+        if self.baseline is not None and self.baseline not in {c.name for c in self.configs}:
+            names = ", ".join(c.name for c in self.configs)
+            raise ScriptError(f"--baseline {self.baseline!r} is not one of the configurations compared ({names})")
         return self
 
     @property
@@ -89,6 +93,7 @@ class ComparePlan:
             "chat_template": self.chat_template_name,
             "compile_mode": self.compile_mode,
             "script": self.script_name,
+            "baseline": self.baseline,
             "order": "interleaved: repeat r runs every configuration once, starting at configuration r (rotated)",
         }
 

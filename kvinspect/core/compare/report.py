@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvinspect.core import env
+from kvinspect.core.compare.correctness import correctness
 from kvinspect.core.compare.lengths import sweep_max_cache_len
 from kvinspect.core.compare.markdown import markdown
 from kvinspect.core.compare.metrics import MEMORY_LABEL
@@ -113,6 +114,7 @@ def build_report(result: CompareResult) -> dict:
         "plan": plan.to_dict(),
         "script": None if script is None else {"system": script.system, "turns": list(script.turns)},
         "baseline": baseline_name(result),
+        "correctness": correctness(result.configs, plan.baseline, sampling=bool(plan.settings.do_sample)),
         "nothing_measured": unmeasured[0] if unmeasured else None,
         "configs": configs,
         "stress": stress,

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from kvinspect.core.detect.capacity import capacity_events
+from kvinspect.core.detect.divergence import cause_phrase, classify
 from kvinspect.core.detect.events import (
     CACHE_DISABLED,
     CACHE_FED_WITHOUT_USE_CACHE,
@@ -22,11 +24,14 @@ from kvinspect.core.detect.events import (
     CONTEXT_LIMIT,
     DUPLICATE_CONTEXT,
     PREFIX_DIVERGENCE,
+    STATE_NOT_CROPPABLE,
     UNBOUNDED_WINDOW,
     WINDOW_REACHED,
     Event,
     _ranges,
 )
+from kvinspect.core.detect.layers import layers_disagree
+from kvinspect.core.detect.provenance import describe, shown
 from kvinspect.core.units import fmt_bytes
 
 
@@ -50,9 +55,12 @@ class TurnContext:
     cropped_to: int | None = None
     crop_error: str | None = None
     created_reason: str | None = None
+    state_not_croppable: list[int] = field(default_factory=list)  # recurrent layers that blocked a crop
     reused: int = 0
     config_collision: str | None = None
     config_cleared: bool = False
+    config_source: str = ""  # where the colliding cache_implementation came from (provenance.describe)
+    config_sources: dict = field(default_factory=dict)  # provenance.config_sources of this call, when known
     samples: list = field(default_factory=list)
     snapshot: Any = None
     new_ids: list[int] = field(default_factory=list)
@@ -62,6 +70,9 @@ class TurnContext:
     error: str = ""
     decode: Any = None  # optional callable ids -> text, for divergence excerpts
     max_positions: int | None = None  # the model's max_position_embeddings, when it has one
+    max_new_tokens: int | None = None  # the turn's generation limit, when known (capacity projections)
+    opening: int | None = None  # tokens of the first prompt the reused cache took (divergence causes)
+    special_ids: frozenset = frozenset()  # the tokenizer's special ids (divergence details)
 
 
 def _attention_rows(ctx: TurnContext):
@@ -85,14 +96,16 @@ def conversation_tokens(ctx: TurnContext) -> int:
 
 
 def detect_turn(ctx: TurnContext, record) -> list[Event]:
-    events: list[Event] = []
+    events: list[Event] = layers_disagree(ctx)  # the snapshot checks the per-step grouping (issue 16)
     samples = ctx.samples
     step0 = ctx.first_step
     cached = [s for s in samples if s.cache_id]
+    made = len(ctx.new_ids)
+    capacity = capacity_events(ctx, ctx.status, len(ctx.prompt), ctx.reused, made)
     if ctx.status == "failed" and not samples:
         if ctx.config_collision and not ctx.config_cleared:
             events.append(_config_event(ctx, failed=True))
-        return events
+        return events + capacity
 
     # -- cache disabled -------------------------------------------------------------------
     if samples and not cached:
@@ -156,6 +169,19 @@ def detect_turn(ctx: TurnContext, record) -> list[Event]:
                 data={"before": ctx.cached_before, "at_start": int(max(seen0, 0))},
             ))
 
+    if ctx.state_not_croppable:
+        events.append(Event(
+            STATE_NOT_CROPPABLE, "warn", ctx.turn_index, step0,
+            f"the prompt diverges from the cache at token {ctx.divergence_at if ctx.divergence_at is not None else len(ctx.prompt) - 1}"
+            f" of {ctx.cached_before}, and the recurrent state of layers {', '.join(map(str, ctx.state_not_croppable))} "
+            "cannot be "
+            f"rolled back to a shorter prefix: a new cache re-prefilled all {len(ctx.prompt)} tokens",
+            "Render history exactly as it was generated so the next prompt extends the cached tokens; "
+            "a recurrent state only ever moves forward.",
+            layer=ctx.state_not_croppable[0], layers=list(ctx.state_not_croppable),
+            data={"cached": ctx.cached_before, "position": ctx.divergence_at, "prompt_tokens": len(ctx.prompt)},
+        ))
+
     # -- fed without use_cache ----------------------------------------------------------------------
     fed_off = [s for s in cached if s.use_cache is False]
     fed_without = False
@@ -191,23 +217,21 @@ def detect_turn(ctx: TurnContext, record) -> list[Event]:
             what = f"cropping failed ({ctx.crop_error}), so a new cache re-prefilled all {len(ctx.prompt)} tokens"
         else:
             what = f"the cache was cropped from {ctx.cropped_from} to {ctx.cropped_to} tokens and the rest re-prefilled"
-        excerpt = ""
-        if ctx.decode is not None:
-            a = ctx.decode(ctx.cached_ids_before[n:n + 8])
-            b = ctx.decode(ctx.prompt[n:n + 8])
-            excerpt = f" (cached {a!r} vs prompt {b!r})"
+        d = classify(ctx.cached_ids_before, ctx.prompt, n, opening=ctx.opening, decode=ctx.decode,
+                     special_ids=ctx.special_ids)
+        context = d.context("prompt")
         events.append(Event(
             PREFIX_DIVERGENCE, "warn", ctx.turn_index, step0,
-            f"the re-rendered prompt differs from the cached tokens at position {n} of {ctx.cached_before}{excerpt}: {what}",
-            "The chat template renders earlier turns differently from how they were generated (e.g. it drops an "
-            "empty think block). Keep history verbatim, or accept the re-prefill; never reuse a cache without this check.",
+            f"the re-rendered prompt differs from the cached tokens at position {n} of {ctx.cached_before}: "
+            f"{cause_phrase(d, len(ctx.prompt))}{f' ({context})' if context else ''}; {what}",
+            d.fix + " kvinspect checked the prefix, so the reply is right; the re-prefill is the cost.",
             data={"position": n, "cached": ctx.cached_before, "cropped_to": ctx.cropped_to,
-                  "recreated": bool(ctx.crop_error)},
+                  "recreated": bool(ctx.crop_error), **d.data()},
         ))
 
     # -- windows: reached (info) and unbounded (warn) ---------------------------------------------
     events += _window_events(ctx, record, cached)
-    return events
+    return events + capacity
 
 
 def _context_limit_event(ctx: TurnContext, cached) -> Event | None:
@@ -234,12 +258,13 @@ def _context_limit_event(ctx: TurnContext, cached) -> Event | None:
 
 def _config_event(ctx: TurnContext, failed: bool) -> Event:
     impl = ctx.config_collision
+    where = f" ({ctx.config_source})" if ctx.config_source else " (from the checkpoint or an override)"
     if failed:
-        msg = (f"generation_config.cache_implementation={impl!r} collides with the cache object passed to "
+        msg = (f"generation_config.cache_implementation={impl!r}{where} collides with the cache object passed to "
                f"generate(), which refused to run")
         sev = "error"
     else:
-        msg = (f"generation_config.cache_implementation={impl!r} (from the checkpoint or an override) would make "
+        msg = (f"generation_config.cache_implementation={impl!r}{where} would make "
                f"generate() reject the cache passed to it; kvinspect cleared it for this call")
         sev = "warn"
     return Event(CONFIG_OVERRIDE, sev, ctx.turn_index, ctx.first_step, msg,
@@ -335,7 +360,8 @@ def _item(key: str, title: str, status: str, evidence: str) -> dict:
 
 
 def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
-    """The seed's four observables, in its order: switch/object, length, window, where the KV lives."""
+    """The seed's four observables, in its order: switch/object, length, window, where the KV lives; then
+    whether the cache object and the generation config agree (with where the config's values came from)."""
     kinds = {e.kind for e in events}
     cached = [s for s in ctx.samples if s.cache_id]
     items = []
@@ -387,6 +413,10 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
                                f"{len(bad)} layer{'s' if len(bad) != 1 else ''} off: " + "; ".join(detail)))
         else:
             evidence = f"every layer has seen {expected} tokens (prompt {len(ctx.prompt)} + {len(ctx.new_ids)} new − 1)"
+            untimed = sorted({r[1] for r in _attention_rows(ctx) if r[1] in ("state", "shared")})
+            if untimed:
+                evidence = evidence.replace("every layer", "every token-holding layer") + (
+                    f"; {' and '.join(untimed)} layers hold no tokens and are not counted")
             if ctx.max_positions and expected > ctx.max_positions:
                 items.append(_item("length", "Cache length matches the conversation", "warn",
                                    f"{evidence}, past the model's max_position_embeddings ({ctx.max_positions})"))
@@ -394,7 +424,8 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
                 items.append(_item("length", "Cache length matches the conversation", "pass", evidence))
 
     # 3. attention windows and whether each layer reached them
-    rows = [r for r in _attention_rows(ctx) if r[2] in ("sliding", "chunked") or r[1] in ("sliding", "chunked")]
+    rows = [r for r in _attention_rows(ctx) if (r[2] in ("sliding", "chunked") or r[1] in ("sliding", "chunked"))
+            and r[1] not in ("shared", "state")]  # a shared layer reads its producer's window; it keeps none
     # The unbounded_window event fires once per cache object; the checklist states every turn.
     last = cached[-1] if cached else None
     unbounded = [r for r in rows if last is not None and r[1] == "full" and r[3] and r[0] < len(last.stored)
@@ -429,16 +460,33 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
         items.append(_item("window", "Attention window applied", "pass", text))
 
     # 4. where the KV lives
+    items.append(_device_item(ctx, cached))
+    # 5. the cache object and the generation config agree (and where the config's values came from)
+    items.append(_config_item(ctx, kinds, cached))
+    return items
+
+
+def _config_item(ctx: TurnContext, kinds: set[str], cached) -> dict:
+    title = "Cache object matches config"
+    src = ctx.config_sources or {}
+    where = "; ".join(f"{k} {shown(v.get('value'))} {describe(v)}" for k, v in src.items()) or "config sources unknown"
+    if CONFIG_OVERRIDE in kinds:
+        status = "fail" if ctx.status == "failed" and not ctx.config_cleared else "warn"
+        origin = f" ({ctx.config_source})" if ctx.config_source else ""
+        return _item("config", title, status, f"cache_implementation={ctx.config_collision!r}{origin} collides "
+                                              f"with the cache object passed; {where}")
+    cls = ctx.snapshot.cache_class if ctx.snapshot is not None and cached else "no cache object"
+    return _item("config", title, "pass", f"{cls}; {where}")
+
+
+def _device_item(ctx: TurnContext, cached) -> dict:
     snap = ctx.snapshot
     if snap is None or not snap.layers or not cached:
-        items.append(_item("device", "Where the KV lives", "warn", "no cache to measure"))
-    else:
-        by_dev = snap.bytes_by_device()
-        where = ", ".join(f"{d}: {fmt_bytes(b)}" for d, b in sorted(by_dev.items())) or "empty"
-        held, logical = snap.held_bytes, snap.bytes
-        evidence = f"{where}; logical {fmt_bytes(logical)}, held {fmt_bytes(held)}"
-        if snap.offloading:
-            evidence += " (offloading on: layers rest on the CPU between uses)"
-        items.append(_item("device", "Where the KV lives", "pass", evidence))
-    return items
+        return _item("device", "Where the KV lives", "warn", "no cache to measure")
+    by_dev = snap.bytes_by_device()
+    where = ", ".join(f"{d}: {fmt_bytes(b)}" for d, b in sorted(by_dev.items())) or "empty"
+    evidence = f"{where}; logical {fmt_bytes(snap.bytes)}, held {fmt_bytes(snap.held_bytes)}"
+    if snap.offloading:
+        evidence += " (offloading on: layers rest on the CPU between uses)"
+    return _item("device", "Where the KV lives", "pass", evidence)
 

@@ -20,13 +20,19 @@ CACHE_FED_WITHOUT_USE_CACHE = "cache_fed_without_use_cache"
 TURN_FAILED = "turn_failed"
 TURN_STOPPED = "turn_stopped"
 CONTEXT_LIMIT = "context_limit"
+CAPACITY_NEAR = "capacity_near"
+CAPACITY_EXCEEDED = "capacity_exceeded"
+MEMORY_RETAINED = "memory_retained"
+STATE_NOT_CROPPABLE = "state_not_croppable"
+LAYERS_DISAGREE = "layers_disagree"
 
 #: Expected behaviour, shown but never counted as a problem.
 INFO_KINDS = frozenset({WINDOW_REACHED, CHUNK_REACHED, TURN_STOPPED})
 ALL_KINDS = (
     WINDOW_REACHED, CHUNK_REACHED, CACHE_RECREATED, DUPLICATE_CONTEXT, PREFIX_DIVERGENCE,
     CACHE_DISABLED, CONFIG_OVERRIDE, UNBOUNDED_WINDOW, CACHE_FED_WITHOUT_USE_CACHE,
-    TURN_FAILED, TURN_STOPPED, CONTEXT_LIMIT,
+    TURN_FAILED, TURN_STOPPED, CONTEXT_LIMIT, CAPACITY_NEAR, CAPACITY_EXCEEDED, MEMORY_RETAINED,
+    STATE_NOT_CROPPABLE, LAYERS_DISAGREE,
 )
 
 
@@ -55,7 +61,8 @@ class Event:
 
     @property
     def is_problem(self) -> bool:
-        return self.kind not in INFO_KINDS
+        # memory_retained is info below its threshold, warn above: the severity decides there.
+        return self.kind not in INFO_KINDS and self.severity != "info"
 
     def markdown(self) -> str:
         where = f"turn {self.turn + 1}, step {self.step}"

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvinspect.core.detect.detectors import TurnContext, detect_turn
+from kvinspect.core.detect.divergence import cause_phrase, classify
 from kvinspect.core.detect.events import CACHE_DISABLED, DUPLICATE_CONTEXT, PREFIX_DIVERGENCE, Event
 
 UNKNOWN = -1  # a token the cache holds that no observed forward fed (filled before observation)
@@ -56,6 +57,7 @@ class TurnTokens:
     duplicates: list[tuple[int, int, int, int]] = field(default_factory=list)  # (step, cache_id, position, count)
     divergence: tuple[int, int, int] | None = None  # (step, cache_id, position)
     divergence_ids: tuple[list[int], list[int]] | None = None  # (held, given) around the position
+    divergence_full: tuple[list[int], list[int], int | None] | None = None  # (held, given, opening) to classify
     fed_without_use_cache: bool = False
     first_cache_id: int = 0
 
@@ -92,6 +94,7 @@ class TokenBook:
                     if pos is not None:
                         out.divergence = (f.step, f.cache_id, pos)
                         out.divergence_ids = (held[pos:pos + 8], full_prompt[pos:pos + 8])
+                        out.divergence_full = (list(held), list(full_prompt), self.opening.get(f.cache_id))
                 first_cached = False
             if f.use_cache is False:
                 out.fed_without_use_cache = True
@@ -104,6 +107,18 @@ class TokenBook:
             self.opening.setdefault(f.cache_id, max(f.q_len, 1))
         out.prompt, out.new_ids = _prompt_and_reply(fed, full_prompt, generated, self)
         return out
+
+    def check_unfed(self, out: TurnTokens, cache_id: int | None, full_prompt: list[int] | None, step: int) -> None:
+        """A turn whose call failed before any forward (nothing left to feed): compare its ids all the same."""
+        held = self.held.get(cache_id) if cache_id is not None else None
+        if not held or cache_id is None or full_prompt is None or cache_id in self.poisoned or out.divergence:
+            return
+        pos = _first_mismatch(held, full_prompt)
+        out.first_cache_id, out.held_before, out.reused = cache_id, len(held), len(held)
+        if pos is not None:
+            out.divergence = (step, cache_id, pos)
+            out.divergence_ids = (held[pos:pos + 8], full_prompt[pos:pos + 8])
+            out.divergence_full = (list(held), list(full_prompt), self.opening.get(cache_id))
 
     def snapshot(self, cache_id: int) -> list[int]:
         return list(self.held.get(cache_id, []))
@@ -157,7 +172,7 @@ def continues(prompt: list[int], prev_held: list[int], prev_prompt_len: int) -> 
 
 # -- events ----------------------------------------------------------------------------------------
 
-def token_events(turn_index: int, first_step: int, tt: TurnTokens, decode) -> list[Event]:
+def token_events(turn_index: int, first_step: int, tt: TurnTokens, decode, special_ids=()) -> list[Event]:
     out: list[Event] = []
     if tt.duplicates:
         step, cid, pos, m = tt.duplicates[0]
@@ -174,32 +189,28 @@ def token_events(turn_index: int, first_step: int, tt: TurnTokens, decode) -> li
         ))
     if tt.divergence is not None:
         step, cid, pos = tt.divergence
-        excerpt = ""
-        if decode is not None and tt.divergence_ids is not None:
-            held, given = tt.divergence_ids
-            excerpt = (f" (cached {decode([t for t in held if t != UNKNOWN])!r} vs given "
-                       f"{decode([t for t in given if t != UNKNOWN])!r})")
+        held, given, opening = tt.divergence_full or ([], list(tt.prompt), None)
+        d = classify(held, given, pos, opening=opening, decode=decode, special_ids=special_ids)
+        context = d.context()
         out.append(Event(
             PREFIX_DIVERGENCE, "error", turn_index, step,
             f"generate() was given ids that differ from what cache #{cid} holds at position {pos} of "
-            f"{tt.reused}{excerpt}: it slices the cached part off by length, so the reply continues from a context "
-            f"that is not the conversation",
-            "Before reusing a cache, compare the new ids with the ids it holds and crop it to the common prefix "
-            "(cache.crop(p - cache.get_seq_length())), or make the chat template render history exactly as it "
-            "was generated.",
-            data={"cache_id": cid, "position": pos, "cached": tt.reused, "prompt_tokens": len(tt.prompt)},
+            f"{tt.reused}: {cause_phrase(d, len(given))}{f' ({context})' if context else ''}; it slices the cached "
+            f"part off by length, so the reply continues from a context that is not the conversation",
+            d.fix,
+            data={"cache_id": cid, "position": pos, "cached": tt.reused, "prompt_tokens": len(tt.prompt), **d.data()},
         ))
     return out
 
 
-def detect_observed(ctx: TurnContext, record, tt: TurnTokens, decode) -> list[Event]:
+def detect_observed(ctx: TurnContext, record, tt: TurnTokens, decode, special_ids=()) -> list[Event]:
     """Events for one observed turn: detect_turn's, minus its count-based duplicate check, plus the token checks."""
     events = [e for e in detect_turn(ctx, record) if e.kind != DUPLICATE_CONTEXT]
     if len(ctx.samples) < 2:
         # One forward without a cache scores a sequence; it is not a generation loop.
         events = [e for e in events if e.kind != CACHE_DISABLED]
     first_step = ctx.first_step
-    tok = [] if tt.fed_without_use_cache else token_events(ctx.turn_index, first_step, tt, decode)
+    tok = [] if tt.fed_without_use_cache else token_events(ctx.turn_index, first_step, tt, decode, special_ids)
     return events + tok
 
 

@@ -1,13 +1,16 @@
-"""The built-in model catalogue: tiny demo models and the fetchable SmolLM2."""
+"""The built-in model catalogue: tiny demo models and the fetchable real ones (SmolLM2, Gemma 3 270M)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvinspect.core.model.tiny import TinySpec
+from kvinspect.core.model.templates import TRANSCRIPT_TEMPLATE
+from kvinspect.core.model.tiny import VOCAB_SIZE, TinySpec
 
-#: Layer-kind letters used in listings: F full, S sliding, C chunked.
-KIND_LETTER = {"full": "F", "sliding": "S", "chunked": "C", "linear": "L", "none": "-"}
+#: Layer-kind letters used in listings: F full, S sliding, C chunked, L recurrent/conv state,
+#: R reads another layer's K/V (shared), I indexed sparse attention.
+KIND_LETTER = {"full": "F", "sliding": "S", "chunked": "C", "state": "L", "linear": "L", "shared": "R",
+               "indexed": "I", "none": "-"}
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,21 @@ class BuiltinModel:
     #: For downloadable models: how to fetch them (see core.fetch).
     fetch: str | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    #: A base model: it continues text rather than chats (said in the picker and ``kvinspect models``).
+    continues_text: bool = False
+    #: Jinja template used when the checkpoint carries none (kvinspect.core.model.templates).
+    chat_template: str | None = None
 
     @property
     def kinds_short(self) -> str:
-        return ",".join(KIND_LETTER.get(k, "?") for k in self.layer_kinds)
+        """``S,F,S,F`` for a few layers; per-kind counts (``S×15,F×3``) once a list would not fit."""
+        letters = [KIND_LETTER.get(k, "?") for k in self.layer_kinds]
+        if len(letters) <= 8:
+            return ",".join(letters)
+        counts: dict[str, int] = {}
+        for a in letters:
+            counts[a] = counts.get(a, 0) + 1
+        return ",".join(f"{a}×{n}" for a, n in counts.items())
 
 
 BUILTINS: tuple[BuiltinModel, ...] = (
@@ -87,12 +101,73 @@ BUILTINS: tuple[BuiltinModel, ...] = (
         ),
     ),
     BuiltinModel(
+        name="tiny-qwen3next",
+        title="Tiny Qwen3-Next (random weights)",
+        behaviour="recurrent state: 3 layers keep a fixed-size state (no tokens), 1 full layer",
+        layer_kinds=("state",) * 3 + ("full",),
+        tiny=TinySpec(
+            "Qwen3NextConfig",
+            {
+                "num_hidden_layers": 4,
+                "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+                "linear_num_value_heads": 2, "linear_num_key_heads": 2,
+                "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                "num_experts": 2, "num_experts_per_tok": 1,
+                "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+            },
+        ),
+    ),
+    BuiltinModel(
+        name="tiny-gemma3n",
+        title="Tiny Gemma 3n text (random weights)",
+        behaviour="KV sharing: the last three layers read the K/V of earlier ones and store none",
+        layer_kinds=("sliding", "sliding", "full", "shared", "shared", "shared"),
+        window=32,
+        tiny=TinySpec(
+            "Gemma3nTextConfig",
+            {
+                "num_hidden_layers": 6,
+                "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
+                "sliding_window": 32, "num_kv_shared_layers": 3,
+                "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": VOCAB_SIZE,
+                "laurel_rank": 4, "altup_num_inputs": 2,
+                "activation_sparsity_pattern": [0.0] * 6, "intermediate_size": [128] * 6,
+            },
+        ),
+    ),
+    BuiltinModel(
+        name="tiny-deepseek-v32",
+        title="Tiny DeepSeek V3.2 (random weights)",
+        behaviour="indexed sparse attention (DSA): K/V plus an indexer-key cache per layer",
+        layer_kinds=("indexed",) * 2,
+        tiny=TinySpec(
+            "DeepseekV32Config",
+            {
+                "num_hidden_layers": 2, "first_k_dense_replace": 2, "num_key_value_heads": 4,
+                "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+                "v_head_dim": 16, "head_dim": 8, "index_n_heads": 4, "index_head_dim": 16, "index_topk": 8,
+                "n_routed_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32,
+            },
+        ),
+    ),
+    BuiltinModel(
         name="smollm2",
         title="SmolLM2-135M-Instruct (Q4_1 GGUF, real weights)",
         behaviour="a real chat model: 30 full-attention layers, 3 KV heads",
         layer_kinds=("full",) * 30,
         fetch="smollm2",
         aliases=("smollm2-135m", "smollm2-135m-instruct"),
+    ),
+    BuiltinModel(
+        name="gemma3-270m",
+        title="Gemma 3 270M base (Q4_K_M GGUF, real weights; Gemma Terms of Use)",
+        behaviour="real hybrid: 15 sliding (512) + 3 global layers; continues text rather than chats",
+        layer_kinds=(("sliding",) * 5 + ("full",)) * 3,
+        window=512,
+        fetch="gemma3-270m",
+        aliases=("gemma-3-270m", "gemma3"),
+        continues_text=True,
+        chat_template=TRANSCRIPT_TEMPLATE,
     ),
 )
 

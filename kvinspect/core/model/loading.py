@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvinspect.core.errors import Cancelled, ModelLoadError, ModelSpecError, RuntimeFault, runtime_fault
+from kvinspect.core.errors import Cancelled, ModelLoadError, ModelSpecError, RuntimeFault, exc_line, runtime_fault
 from kvinspect.core.model.catalog import BuiltinModel, builtin_names, find_builtin
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class LoadedModel:
     load_seconds: float
     trust_remote_code: bool = False
     notes: list[str] = field(default_factory=list)
+    #: Where the weights came from: gguf | converted-cache | folder | hub | builtin (summary.json model_info).
+    load_source: str = "builtin"
 
     @property
     def config(self):
@@ -222,6 +225,7 @@ def load_model(
     dev_label, device_map = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, "cuda" if dev_label == "multi-gpu" else dev_label)
 
+    load_source = "builtin"
     if resolved.kind == "builtin":
         from kvinspect.core.model.tiny import build_model, build_tokenizer
 
@@ -238,8 +242,13 @@ def load_model(
             step("moving to " + dev_label, 0.85)
             model = model.to(device_map if isinstance(device_map, str) and device_map != "auto" else "cuda")
     else:
-        model, tok = _load_pretrained(resolved, device_map, torch_dtype, trust_remote_code, step)
-        if tok.chat_template is None:
+        model, tok, load_source = _load_weights(resolved, device_map, torch_dtype, trust_remote_code, step)
+        b = resolved.builtin
+        if tok.chat_template is None and b is not None and b.chat_template:
+            tok.chat_template = b.chat_template
+            notes.append(f"{b.name} is a base model: it continues text rather than chats "
+                         "(a plain User:/Assistant: transcript template is used)")
+        elif tok.chat_template is None:
             tok.chat_template = FALLBACK_CHAT_TEMPLATE
             notes.append("the tokenizer has no chat template; a ChatML fallback is used")
     model.eval()
@@ -256,7 +265,60 @@ def load_model(
         load_seconds=time.perf_counter() - t0,
         trust_remote_code=trust_remote_code,
         notes=notes,
+        load_source=load_source,
     )
+
+
+def _load_weights(resolved: ResolvedSpec, device_map, torch_dtype, trust_remote_code, step):
+    """``(model, tokenizer, load_source)``; a GGUF goes through the conversion cache unless it is off."""
+    if resolved.kind != "gguf":
+        model, tok = _load_pretrained(resolved, device_map, torch_dtype, trust_remote_code, step)
+        return model, tok, "folder" if resolved.kind == "dir" else "hub"
+    import transformers
+
+    if os.environ.get(NO_CONVERSION_CACHE_ENV, "").strip() not in ("", "0") or not _conversion_round_trips():
+        model, tok = _load_pretrained(resolved, device_map, torch_dtype, trust_remote_code, step)
+        return model, tok, "gguf"
+
+    from kvinspect.core.model import conversion_cache as cc
+    from kvinspect.core.model.devices import dtype_name
+
+    gguf = Path(resolved.location) / str(resolved.gguf_file)
+    step("checking the conversion cache", 0.08)
+    try:
+        key = cc.entry_key(cc.gguf_sha256(gguf), transformers.__version__, dtype_name(torch_dtype))
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {gguf.name}: {exc.strerror or exc}") from None
+    folder = cc.lookup(key)
+    if folder is not None:
+        converted = ResolvedSpec(resolved.spec, "dir", str(folder), builtin=resolved.builtin)
+        try:
+            model, tok = _load_pretrained(converted, device_map, torch_dtype, trust_remote_code, step)
+            return model, tok, "converted-cache"
+        except ModelLoadError as exc:
+            # The manifest matched but transformers could not read it: rebuild it from the GGUF.
+            log.warning("conversion cache %s unreadable (%s); converting again", folder.name, exc)
+            shutil.rmtree(folder, ignore_errors=True)
+    model, tok = _load_pretrained(resolved, device_map, torch_dtype, trust_remote_code, step)
+    step("storing the conversion for the next load", 0.9)
+    cc.store(model, tok, key)
+    return model, tok, "gguf"
+
+
+#: Set to 1 to always de-quantise a GGUF (no conversion cache read or written).
+NO_CONVERSION_CACHE_ENV = "KVINSPECT_NO_CONVERSION_CACHE"
+
+
+def _conversion_round_trips() -> bool:
+    """Whether a stored conversion loads back as a working model on this transformers.
+
+    On 4.5x (4.56.2 + torch 2.13, measured) the stored folder loads but ``generate()`` then raises
+    ``RuntimeError: unsupported scalarType`` in the rotary embedding's autocast, so 4.x always
+    de-quantises the GGUF (docs/compat.md).
+    """
+    import transformers
+
+    return int(transformers.__version__.split(".")[0]) >= 5
 
 
 def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remote_code, step):
@@ -276,10 +338,11 @@ def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remo
     except Exception as exc:  # noqa: BLE001 - the GGUF reader raises struct/numpy/index errors alike
         if resolved.gguf_file:
             raise _gguf_error(resolved.gguf_file, exc) from None
-        if isinstance(exc, (OSError, ValueError, KeyError, json.JSONDecodeError)):
-            raise _spec_or_load_error(resolved, exc) from None
-        raise
+        # Any other type too: huggingface_hub's strict config dataclasses raise their own
+        # (num_hidden_layers "four"), and a config is the user's file, not our bug.
+        raise _spec_or_load_error(resolved, exc) from None
     _check_causal(config, where)
+    check_config_size(config, where, torch_dtype)
     step("loading tokenizer", 0.2)
     if resolved.kind == "dir" and not any((Path(resolved.location) / n).exists() for n in _TOKENIZER_FILES):
         raise ModelLoadError(f"{where} has no tokenizer files (looked for {', '.join(_TOKENIZER_FILES[:4])}, …); "
@@ -294,11 +357,48 @@ def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remo
         model = AutoModelForCausalLM.from_pretrained(
             resolved.location, config=config, **{dtype_kwarg(): torch_dtype}, **map_kw, **kw
         )
-    except (OSError, ValueError, RuntimeError, KeyError, EOFError) as exc:
+    except Exception as exc:  # noqa: BLE001 - SafetensorError, UnpicklingError, struct errors: damaged files alike
         # Out of memory or a failing disk is the machine's fault, not the files': same line, exit 1.
         fault = RuntimeFault if runtime_fault(exc) is not None else ModelLoadError
-        raise fault(f"could not load the weights of {where}: {_first_line(exc)}") from None
+        why = exc_line(exc) if fault is ModelLoadError else _first_line(exc)
+        if type(exc).__name__ == "UnpicklingError":  # torch's advice to unpickle anyway is not ours to give
+            why = "UnpicklingError: the .bin file is not a PyTorch checkpoint (damaged or not weights)"
+        raise fault(f"could not load the weights of {where}: {why[:200]}") from None
     return model, tok
+
+
+#: Config fields that size a model; a value outside these bounds is a damaged or hostile config.
+_SIZE_FIELDS = {"num_hidden_layers": 10_000, "hidden_size": 1 << 20, "intermediate_size": 1 << 22,
+                "num_attention_heads": 1 << 14, "num_key_value_heads": 1 << 14, "vocab_size": 1 << 24}
+
+
+def check_config_size(config, where: str, torch_dtype=None) -> None:
+    """Refuse a config whose sizes are not counts, or whose weights cannot fit in memory, before building it."""
+    for name, cap in _SIZE_FIELDS.items():
+        v = getattr(config, name, None)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= cap:
+            raise ModelLoadError(f"{where}: config {name} is {v!r}, not a size (1 to {cap:,})")
+    h = getattr(config, "hidden_size", None)
+    n = getattr(config, "num_hidden_layers", None)
+    if not h or not n:
+        return
+    inter = getattr(config, "intermediate_size", None) or 4 * h
+    vocab = getattr(config, "vocab_size", None) or 0
+    params = n * (4 * h * h + 3 * h * inter) + 2 * vocab * h  # attention + MLP per layer, embeddings and head
+    itemsize = getattr(torch_dtype, "itemsize", None) or 4
+    need = params * itemsize
+    try:
+        import psutil
+
+        have = psutil.virtual_memory().total
+    except Exception:  # noqa: BLE001 - no psutil: no estimate
+        return
+    if need > have:
+        raise ModelLoadError(f"{where}: its config describes about {params / 1e9:,.1f}B parameters "
+                             f"(num_hidden_layers {n:,}, hidden_size {h:,}), about {need / 2**30:,.0f} GiB, more "
+                             f"than this machine's {have / 2**30:,.0f} GiB of memory")
 
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",

@@ -90,7 +90,12 @@ def build_model(spec: TinySpec):
     import transformers
     from transformers import AutoModelForCausalLM
 
-    config_cls = getattr(transformers, spec.config_class)
+    config_cls = getattr(transformers, spec.config_class, None)
+    if config_cls is None:  # newer architectures (Qwen3-Next, DeepSeek V3.2, …) on an older transformers
+        from kvinspect.core.errors import ModelSpecError
+
+        raise ModelSpecError(f"this built-in needs transformers with {spec.config_class}; "
+                             f"installed: transformers {transformers.__version__}")
     config = config_cls(**{**_COMMON, **spec.overrides})
     # Seed only our own generator state: a fork keeps the caller's RNG untouched.
     with torch.random.fork_rng(devices=[]):

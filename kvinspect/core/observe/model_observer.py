@@ -24,6 +24,8 @@ from kvinspect.core.cache.observer import StepObserver, StepSample
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext
 from kvinspect.core.detect.events import CACHE_RECREATED
+from kvinspect.core.detect.provenance import checkpoint_file, config_sources
+from kvinspect.core.detect.retained import retained_events
 from kvinspect.core.detect.token_book import UNKNOWN, Fed, TokenBook, continues, detect_observed, impl_of, seen_before
 from kvinspect.core.errors import exc_line
 from kvinspect.core.observe.header import device_label, observed_header
@@ -116,6 +118,7 @@ class ModelObserver:
         self._pre_handle = None
         self.time_in_pre_hook = 0.0
         self._tokenizer_searches = 0
+        self._gc_file: tuple[str | None, dict] | None = None  # the checkpoint's generation_config.json
 
     # -- hooks ------------------------------------------------------------------------------------
     def attach(self, pre_hook: bool = True) -> ModelObserver:
@@ -223,6 +226,8 @@ class ModelObserver:
         if label is None:
             label = f"generate() at {where}" if kind == "generate" else f"model() at {where}"
         settings = {**settings, "where": where}
+        if frame is not None:
+            settings["config_sources"] = self._config_sources(frame)
         tr = TurnRecord(index=index, user=label, policy="observed", cache_impl="",
                         first_step=self.record.n_steps, settings=settings)
         turn = OpenTurn(record=tr, kind=kind, marked=marked, thread_id=threading.get_ident(), t_start=t0,
@@ -283,6 +288,8 @@ class ModelObserver:
         fed = [Fed(step=rec.first_step + i, cache_id=s.cache_id, q_len=s.q_len, use_cache=s.use_cache,
                    before=seen_before(s), ids=rows[i]) for i, s in enumerate(samples)]
         tt = self.book.analyse(fed, full_prompt, generated)
+        if turn.failure is not None and turn.cache is not None and not any(s.cache_id for s in samples):
+            self.book.check_unfed(tt, self.probe.known_id(turn.cache), full_prompt, rec.first_step)
         snap = None
         if turn.cache is not None:
             try:
@@ -313,17 +320,62 @@ class ModelObserver:
         rec.cropped_from = tt.cropped_from
 
         def detect(c: TurnContext, record: TraceRecord):
-            events = detect_observed(c, record, tt, decode)
+            events = detect_observed(c, record, tt, decode, self._special_ids())
             if turn.marked:
                 # The user grouped these forwards: several cache objects in one marked turn are theirs to have.
                 events = [e for e in events if not (e.kind == CACHE_RECREATED and "cache_ids" in e.data)]
             return events
 
         t_end = turn.t_last if turn.t_last is not None else turn.t_start
+        given, output = self._call_objects(turn, status)
+
+        def retained(tr: TurnRecord):
+            return retained_events(tr.index, max(tr.end_step - 1, tr.first_step), self.model, result=output,
+                                   given=given if turn.kind == "generate" else turn.cache,
+                                   turn_kv_bytes=int(tr.kv_held_bytes or tr.kv_bytes or 0), measure=self._held_bytes,
+                                   cache_id=self.probe.known_id)
+
         self.pipeline.finish(rec, ctx, new_ids=tt.new_ids, snapshot=snap, t_start=turn.t_start, t_first=turn.t_first,
-                             t_end=t_end, detect=detect, failure=turn.failure)
+                             t_end=t_end, detect=detect, failure=turn.failure, extra_events=retained)
         if cache_ids:
             self._prev = _PrevTurn(cache_ids[-1], self.book.snapshot(cache_ids[-1]), len(tt.prompt))
+
+    def _call_objects(self, turn: OpenTurn, status: str):
+        """(the cache the generate() call was given, the output it returned), None where unknown."""
+        frame = turn.gen_frame
+        if turn.kind != "generate" or frame is None:
+            return None, None
+        try:
+            loc = frame.f_locals
+            kwargs = loc.get("kwargs") if isinstance(loc.get("kwargs"), dict) else {}
+            given = kwargs.get("cache", kwargs.get("past_key_values"))
+            done = status == "ok" and turn.failure is None and not frame_running(frame, turn.thread_id)
+            return given, (loc.get("result") if done else None)
+        except Exception:  # noqa: BLE001 - introspection is best effort
+            return None, None
+
+    def _held_bytes(self, cache) -> int | None:
+        try:
+            return int(self.probe.snapshot(cache).held_bytes)
+        except Exception:  # noqa: BLE001 - a cache the probe cannot read is not counted
+            return None
+
+    def _config_sources(self, frame) -> dict:
+        """Where this generate() call's cache_implementation / cache_config / use_cache came from."""
+        if self._gc_file is None:
+            self._gc_file = checkpoint_file(self.model)
+        try:
+            loc = frame.f_locals
+            kwargs = loc.get("kwargs") if isinstance(loc.get("kwargs"), dict) else None
+            return config_sources(self.model, kwargs=kwargs, effective=loc.get("generation_config"), file=self._gc_file)
+        except Exception:  # noqa: BLE001 - introspection is best effort
+            return {}
+
+    def _special_ids(self) -> frozenset[int]:
+        try:
+            return frozenset(int(i) for i in getattr(self.tokenizer, "all_special_ids", None) or ())
+        except (TypeError, ValueError):  # a foreign tokenizer's idea of special ids
+            return frozenset()
 
     def _decoder(self):
         tok = self.tokenizer

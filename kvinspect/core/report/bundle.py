@@ -132,7 +132,8 @@ def write_report(source: TraceRecord | str | os.PathLike, out_dir: str | os.Path
     if plots_enabled and renderer is None:
         notes.append(NO_RENDERER)
     elif plots_enabled and renderer is not None:
-        res = renderer("trace", dst, out, formats)
+        # One renderer call for every image; a redacted copy has no ids, so no tokens.png.
+        res = renderer("trace" if redact else "trace+tokens", dst, out, formats)
         notes += res.notes
         for f in res.files:
             f = Path(f)

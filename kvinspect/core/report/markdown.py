@@ -172,7 +172,34 @@ def turn_layers_markdown(turn: TurnRecord) -> str:
     header = ["Layers", "Kind"] + (["Config asks"] if differ else []) + [
         "Class", "Seen", "Stored", "Capacity", "Window", "Device", "Dtype", "Logical", "Held"]
     off = 1 if differ else 0
-    return md_table(header, body, right={3 + off, 4 + off, 5 + off, 6 + off, 9 + off, 10 + off})
+    table = md_table(header, body, right={3 + off, 4 + off, 5 + off, 6 + off, 9 + off, 10 + off})
+    legend = kinds_legend(rows)
+    return table + ("\n\n" + legend if legend else "")
+
+
+#: What the kinds without a token axis, or with extra tensors, mean (report legend).
+KIND_LEGEND = {
+    "state": "a recurrent/conv state of fixed size, no token axis (seen/stored do not apply; bytes are the state's)",
+    "shared": "reads another layer's K/V and stores none (0 bytes of its own)",
+    "indexed": "sparse attention: K/V plus an indexer-key cache, counted in its bytes",
+}
+
+
+def kinds_legend(rows: list[dict]) -> str:
+    """One line per non-plain kind present, e.g. which layer each shared layer reads from."""
+    out = []
+    for kind, text in KIND_LEGEND.items():
+        idx = [r["index"] for r in rows if (r.get("kind") or "").removeprefix("static-") == kind]
+        if not idx:
+            continue
+        line = f"*{kind}* ({_ranges(idx)}): {text}"
+        if kind == "shared":
+            pairs = [f"{r['index']}→{r['reads_from']}" for r in rows
+                     if r.get("kind") == "shared" and r.get("reads_from") is not None]
+            if pairs:
+                line += "; reads: " + ", ".join(pairs)
+        out.append("- " + line)
+    return "\n".join(out)
 
 
 def context_line(record: TraceRecord) -> str:

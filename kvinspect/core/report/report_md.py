@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from kvinspect.core.detect.provenance import shown
 from kvinspect.core.report.markdown import (
     cache_label,
     code_span,
@@ -33,6 +34,7 @@ from kvinspect.core.report.reproduce import (
     reproduce,
     trace_origin,
 )
+from kvinspect.core.tokens.text import STRIP_LEGEND, event_strip
 from kvinspect.core.trace.record import TraceRecord
 from kvinspect.core.trace.tracefile import TRACE_NAME
 from kvinspect.core.units import fmt_bytes
@@ -41,7 +43,8 @@ REPORT_NAME = "report.md"
 SUMMARY_NAME = "summary.json"
 WINDOW_NAME = "window.png"
 PLOTS = {"cache": "KV cache per layer: stored tokens (heatmap) and totals",
-         "memory": "Memory: KV bytes by device, process RSS and accelerator memory"}
+         "memory": "Memory: KV bytes by device, process RSS and accelerator memory",
+         "tokens": "Tokens at the last step: which tokens each layer still holds (kvinspect tokens TRACE)"}
 STATUS_ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌"}
 SEVERITY_ICON = {"info": "ℹ️", "warn": "⚠️", "error": "❌"}
 
@@ -56,7 +59,7 @@ def report_markdown(record: TraceRecord, *, reproduction: Reproduction | None = 
     rep = reproduction or reproduce(record)
     parts = [
         _title(record), _sec_reproduce(record, rep, redacted), "## Environment\n\n" + _env_table(record),
-        _sec_model(record), _sec_cache(record, rep), "## Turns\n\n" + turns_markdown(record),
+        _sec_model(record), _sec_cache(record, rep), _sec_provenance(record), "## Turns\n\n" + turns_markdown(record),
         _sec_conversation(record, redacted), _sec_events(record), _sec_checklist(record),
         _sec_plots(images or {}, screenshot, image_notes), _sec_layers(record), _sec_notes(record),
         _sec_files(files),
@@ -259,6 +262,24 @@ def _sec_cache(record: TraceRecord, rep: Reproduction) -> str:
     return "## Cache and session\n\n" + md_table(["Setting", "Value"], rows)
 
 
+def _sec_provenance(record: TraceRecord) -> str:
+    """Where each turn's cache_implementation / cache_config / use_cache came from (turn settings' config_sources)."""
+    groups: dict[tuple, list[int]] = {}
+    for t in record.turns:
+        for key, entry in ((t.settings or {}).get("config_sources") or {}).items():
+            if isinstance(entry, dict):
+                sig = (key, shown(entry.get("value")), str(entry.get("source", "")), str(entry.get("path") or ""))
+                groups.setdefault(sig, []).append(t.index + 1)
+    if not groups:
+        return ""
+    rows = [[code_span(key), value if value == "unset" else code_span(value), source + (f" ({code_span(path)})" if path else ""), turn_phrase(ts)]
+            for (key, value, source, path), ts in groups.items()]
+    return ("## Generation config provenance\n\nWhere each effective value came from: a `generate()` kwarg, a "
+            "`GenerationConfig` passed in, the checkpoint's `generation_config.json`, code that set "
+            "`model.generation_config`, kvinspect's `--generation-config`, or the default.\n\n"
+            + md_table(["Setting", "Value", "Source", "Turns"], rows))
+
+
 def _sec_conversation(record: TraceRecord, redacted: bool) -> str:
     if not record.turns:
         return ""
@@ -292,6 +313,9 @@ def _sec_events(record: TraceRecord) -> str:
     for n, e in enumerate(sorted(record.events, key=lambda e: (e.step, e.turn)), 1):
         out.append(f"### {n}. {SEVERITY_ICON.get(e.severity, '')} {e.kind} (turn {e.turn + 1})")
         out.append(event_markdown(e))
+        tokens = event_strip(record, e)
+        if tokens:
+            out.append(f"Tokens at step {e.step} ({STRIP_LEGEND}):\n\n" + md_fence(tokens))
     return "\n\n".join(out)
 
 
@@ -310,7 +334,8 @@ def _sec_checklist(record: TraceRecord) -> str:
             cell = next((i for i in t.checklist if i["key"] == key), None)
             row.append(f"{STATUS_ICON.get(cell['status'], '')} {cell['status']}" if cell else "–")
         rows.append(row)
-    out = ["## Checklist", "The four observables, per turn: cache object, length, window, where the KV lives.",
+    out = ["## Checklist", "The four observables, per turn: cache object, length, window, where the KV lives; and "
+           "whether the cache object matches the generation config.",
            md_table(["Check"] + [f"Turn {t.index + 1}" for t in turns], rows)]
     for t in turns:
         ev = "\n".join(f"- {STATUS_ICON.get(i['status'], '')} **{i['title']}**: {i['evidence']}" for i in t.checklist)

@@ -17,11 +17,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvinspect.core import compat, env
+from kvinspect.core.cache import layer_kinds
 from kvinspect.core.cache.memory import MemorySampler
 from kvinspect.core.cache.observer import StepObserver, StepSample
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, detect_turn
 from kvinspect.core.detect.events import TURN_STOPPED, Event
+from kvinspect.core.detect.provenance import checkpoint_file, config_sources, describe
 from kvinspect.core.errors import ScriptError, UnsupportedCacheError, first_line
 from kvinspect.core.model.loading import LoadedModel
 from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
@@ -205,6 +207,8 @@ class ChatSession:
         self.history: list[dict] = []
         self.cache = None
         self.cached_ids: list[int] = []
+        self.cache_opening: int | None = None  # tokens of the first prompt the current cache took
+        self._gc_file: tuple[str | None, dict] | None = None  # the checkpoint's generation_config.json
         self.last_cache_id: int | None = None
         self._closed = False
 
@@ -258,6 +262,8 @@ class ChatSession:
                 "device": self.loaded.device,
                 "dtype": self.loaded.dtype,
                 "load_seconds": round(self.loaded.load_seconds, 3),
+                "load_s": round(self.loaded.load_seconds, 3),
+                "load_source": self.loaded.load_source,
                 "notes": list(self.loaded.notes),
                 "config": env.cache_config(cfg),
                 "generation_config": self._effective_generation_config(),
@@ -331,7 +337,15 @@ class ChatSession:
         p = min(lcp, len(prompt) - 1)
         if lcp < cur:
             ctx.divergence_at = lcp
-        if p < cur:
+        stuck = layer_kinds.uncroppable_state_layers(self.cache) if p < cur else []
+        if stuck:
+            # Never crop (or continue) a recurrent state: it already folded in the dropped tokens.
+            ctx.state_not_croppable = stuck
+            ctx.crop_error = "a recurrent state cannot be rolled back to a shorter prefix"
+            self.cache = self.new_cache(with_config)
+            self.cached_ids = []
+            ctx.created_reason = "state_not_croppable: the recurrent state cannot be rolled back: full re-prefill"
+        elif p < cur:
             try:
                 compat.crop(self.cache, p)
                 self.probe.resync(self.cache)
@@ -357,15 +371,27 @@ class ChatSession:
         o.settings.validate()
         index = len(self.record.turns)
         turn = TurnRecord(index=index, user=user_text, policy=policy, cache_impl=impl,
-                          first_step=self.record.n_steps, settings=o.settings.to_dict())
+                          first_step=self.record.n_steps,
+                          settings={**o.settings.to_dict(), "config_sources": self._config_sources()})
         messages = self._messages(user_text)
         prompt = self._render(messages)
+        limit = self.max_positions
+        if limit and len(prompt) > 2 * limit:
+            # Up to the limit and a little past it the turn runs (past it, context_limit shows how a RoPE
+            # model degrades); beyond twice it no output means anything and the prefill's cost, quadratic
+            # in the prompt, is minutes or all the memory: refused before generate() builds anything.
+            # Only the prompt counts: max_new_tokens is a ceiling, and a turn usually stops well before it.
+            raise ScriptError(f"context limit: turn {index + 1}'s prompt is {len(prompt):,} tokens, more than "
+                              f"twice the model's {limit:,} positions (max_position_embeddings); shorten the "
+                              "turn or the conversation")
         turn.prompt_tokens = len(prompt)
         turn.prompt_ids = prompt
         ctx = TurnContext(turn_index=index, policy=policy, cache_impl=impl,
                           cached_before=len(self.cached_ids), prompt=prompt,
                           prev_cache_id=self.last_cache_id, cached_ids_before=list(self.cached_ids),
-                          decode=lambda ids: self.tok.decode(ids, skip_special_tokens=False))
+                          decode=lambda ids: self.tok.decode(ids, skip_special_tokens=False),
+                          opening=self.cache_opening if self.cached_ids else None,
+                          special_ids=frozenset(getattr(self.tok, "all_special_ids", None) or ()))
         self.pipeline.begin(turn)
         stop = should_stop or (lambda: False)
 
@@ -449,6 +475,12 @@ class ChatSession:
             kw["pad_token_id"] = self.tok.pad_token_id
         return kw
 
+    def _config_sources(self) -> dict:
+        """Where cache_implementation / cache_config / use_cache come from (outside the override scope)."""
+        if self._gc_file is None:
+            self._gc_file = checkpoint_file(self.model)
+        return config_sources(self.model, overrides=self.options.generation_config, file=self._gc_file)
+
     def _generation_config_for_call(self, passing_cache: bool, ctx: TurnContext):
         """Detect a checkpoint ``cache_implementation`` that collides with our cache; clear it unless told not to."""
         gc = self.model.generation_config
@@ -456,6 +488,7 @@ class ChatSession:
         if not impl or not passing_cache:
             return None
         ctx.config_collision = str(impl)
+        ctx.config_source = describe(self._config_sources().get("cache_implementation"))
         if self.options.respect_generation_config:
             return None
         # Cleared on the model's own config (restored after the turn by _generation_config_scope):
@@ -506,6 +539,8 @@ class ChatSession:
         new = seq[0, len(prompt):].tolist()
         if cache is not None and use_cache:
             # generate() never feeds the last sampled token back: the cache is one short.
+            if not ctx.reused:
+                self.cache_opening = len(prompt)
             self.cached_ids = prompt + new[:-1]
         elif cache is not None:
             self.cached_ids = []  # what the cache holds no longer matches any token list

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvinspect.core.errors import ScriptError
+from kvinspect.core.session.script import check_text
 
 if TYPE_CHECKING:
     from kvinspect.core.session.chat import SessionOptions
@@ -32,6 +33,12 @@ def parse_kv(items: list[str]) -> dict:
             out[k.strip()] = json.loads(v)
         except json.JSONDecodeError:
             out[k.strip()] = None if v.strip().lower() in ("none", "null") else v
+        except (RecursionError, ValueError):  # nested beyond reason, an integer of thousands of digits
+            raise ScriptError(f"--generation-config {k.strip()}: the value is not a usable JSON value") from None
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ScriptError(f"--generation-config {k.strip()}: holds a lone surrogate, not text") from None
     return out
 
 
@@ -40,6 +47,10 @@ def read_chat_template(path: str) -> str:
     p = Path(path)
     if p.is_dir():
         raise ScriptError(f"chat template {path} is a folder, not a Jinja file")
+    if p.exists() and not p.is_file():
+        raise ScriptError(f"chat template {path} is not a regular file (a pipe or device); pass a Jinja file")
+    if p.is_file() and p.stat().st_size > 16 << 20:
+        raise ScriptError(f"chat template {path} is {p.stat().st_size:,} bytes, not a chat template")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -113,7 +124,7 @@ def session_options(args: argparse.Namespace) -> SessionOptions:
     opts.generation_config = check_generation_config(parse_kv(args.generation_config))
     opts.respect_generation_config = args.respect_generation_config
     if args.system is not None:
-        opts.system = args.system
+        opts.system = check_text(args.system, "--system")
     return opts
 
 
@@ -134,7 +145,7 @@ def apply_script_overrides(script: ChatScript, args: argparse.Namespace) -> Chat
     if getattr(args, "seed", None) is not None:
         script.settings.seed = args.seed
     if getattr(args, "system", None) is not None:
-        script.system = args.system
+        script.system = check_text(args.system, "--system")
     try:
         script.settings.validate()
     except ScriptError as exc:

@@ -22,6 +22,7 @@ from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, turn_checklist
 from kvinspect.core.detect.events import TURN_FAILED, Event
 from kvinspect.core.errors import first_line
+from kvinspect.core.tokens.ids import pack_ids
 from kvinspect.core.trace.messages import EventMsg, Message, Note, Token, Turn
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.stream import Sink, Stream
@@ -109,6 +110,8 @@ class TurnPipeline:
         self.owns_peak = owns_peak
         self.turn: TurnRecord | None = None
         self.samples: list[StepSample] = []
+        self._prev_ids: tuple[int, list[int]] | None = None  # the last turn's prompt + generated ids
+        self._known_pieces: set[int] = set()
         self._flush_every = flush_every_s
         self._last_flush = time.perf_counter()
 
@@ -195,6 +198,10 @@ class TurnPipeline:
         ctx.error = turn.error
         if ctx.max_positions is None:
             ctx.max_positions = self.max_positions
+        if ctx.max_new_tokens is None and isinstance(turn.settings.get("max_new_tokens"), int):
+            ctx.max_new_tokens = turn.settings["max_new_tokens"]
+        if not ctx.config_sources and isinstance(turn.settings.get("config_sources"), dict):
+            ctx.config_sources = turn.settings["config_sources"]
         events = detect(ctx, rec)
         if extra_events is not None:
             events += extra_events(turn)
@@ -206,6 +213,8 @@ class TurnPipeline:
         for ev in events:
             self.stream.emit(EventMsg(ev))
         turn.checklist = turn_checklist(ctx, events)
+        turn.ids = pack_ids(ctx.prompt, new_ids, prev=self._prev_ids, known=self._known_pieces, decode=ctx.decode)
+        self._prev_ids = (turn.index, [*ctx.prompt, *new_ids])
         self.stream.turn_finished(turn)
         self.turn = None
         self.samples = []

@@ -69,6 +69,27 @@ class ChatScript:
         return p
 
 
+#: No model kvinspect traces has a context this long (about 250k tokens at four characters a
+#: token): a longer message cannot fit, so it is refused before the model loads and before a
+#: prompt of millions of tokens is built.
+MAX_TEXT_CHARS = 1_000_000
+MAX_TURNS = 100_000
+MAX_SCRIPT_BYTES = 64 << 20
+
+
+def check_text(text: str, what: str) -> str:
+    """Text that a tokenizer can take: UTF-8-encodable (no lone surrogate) and of a size a context can hold."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise ScriptError(f"{what} is {len(text):,} characters; no context window holds that much "
+                          f"(at most {MAX_TEXT_CHARS:,})")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ScriptError(f"{what} holds a lone surrogate ({text[exc.start]!r} at character {exc.start + 1}), "
+                          f"which is not text: fix the escape in the JSON") from None
+    return text
+
+
 _SETTING_KEYS = set(GenerationSettings.__dataclass_fields__)
 _KEYS = {"system", "turns"} | _SETTING_KEYS | {"comment", "description"}
 
@@ -82,12 +103,17 @@ def parse_script(data, where: str = "script") -> ChatScript:
     turns = data.get("turns")
     if not isinstance(turns, list) or not turns:
         raise ScriptError(f"{where}: \"turns\" must be a non-empty list of user messages")
+    if len(turns) > MAX_TURNS:
+        raise ScriptError(f"{where}: {len(turns):,} turns; a script takes at most {MAX_TURNS:,}")
     for i, t in enumerate(turns):
         if not isinstance(t, str) or not t.strip():
             raise ScriptError(f"{where}: turn {i + 1} must be a non-empty string")
+        check_text(t, f"{where}: turn {i + 1}")
     system = data.get("system")
     if system is not None and not isinstance(system, str):
         raise ScriptError(f"{where}: \"system\" must be a string")
+    if system is not None:
+        check_text(system, f"{where}: \"system\"")
     settings = _settings(data, where)
     return ChatScript(turns=list(turns), system=system, settings=settings)
 
@@ -104,16 +130,26 @@ def load_script(path: str | os.PathLike) -> ChatScript:
     p = Path(path)
     if p.is_dir():
         raise ScriptError(f"{path} is a folder; --script takes a chat script JSON file")
+    if p.exists() and not p.is_file():
+        raise ScriptError(f"{path} is not a regular file (a pipe or device); --script takes a chat script JSON file")
     if not p.is_file():
         raise ScriptError(f"script not found: {path}")
+    if p.stat().st_size > MAX_SCRIPT_BYTES:
+        raise ScriptError(f"{path} is {p.stat().st_size:,} bytes; a chat script takes at most {MAX_SCRIPT_BYTES:,}")
     try:
         text = p.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not an error
     except UnicodeDecodeError:
         raise ScriptError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ScriptError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise ScriptError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise ScriptError(f"{path}: JSON nested too deeply to be a chat script") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise ScriptError(f"{path}: {exc}") from None
     except _DuplicateKey as exc:
         # JSON itself keeps the last value silently: a script edited by hand would run other settings.
         raise ScriptError(f"{path}: the key {exc.args[0]!r} appears twice") from None

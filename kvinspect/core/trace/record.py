@@ -31,6 +31,8 @@ STEP_LAYER = {  # name -> dtype; one value per layer per forward pass
     "dev": np.int8,  # index into record.devices, -1 none
     "nbytes": np.int64,
 }
+#: Turns whose prompt token ids stay in memory (:meth:`TraceRecord.add_turn`).
+KEEP_PROMPT_IDS = 8
 _APPEND_ORDER = ("turn", "t", "cache_id", "q_len", "use_cache", "rss", "accel_allocated", "accel_reserved",
                  "seen", "stored", "dev", "nbytes")
 assert set(_APPEND_ORDER) == set(STEP_SCALARS) | set(STEP_LAYER)
@@ -69,6 +71,7 @@ class TurnRecord:
     cropped_from: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     prompt_ids: list[int] | None = None  # kept in memory for detectors; not written to summaries
+    ids: dict | None = None  # the ids fed, in the trace's turn line (core/tokens/ids.py); None: not recorded
 
     def to_dict(self, with_ids: bool = False) -> dict:
         d = asdict(self)
@@ -177,6 +180,12 @@ class TraceRecord:
                 self.turns[turn.index] = turn
             else:
                 self.turns.append(turn)
+                # Every turn's prompt holds the whole conversation: kept for all turns, the ids grow
+                # with the square of its length (1,000 turns: ~14M Python ints, hundreds of MB).
+                # Detectors need the current turn only; the last few stay for callers and tests.
+                old = len(self.turns) - 1 - KEEP_PROMPT_IDS
+                if old >= 0:
+                    self.turns[old].prompt_ids = None
             self.version += 1
 
     def add_event(self, event: Event) -> None:

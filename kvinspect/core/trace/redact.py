@@ -17,8 +17,9 @@ from kvinspect.core.trace.record import STEP_LAYER, STEP_SCALARS, TraceRecord, T
 
 REDACTED_SYSTEM = "<system prompt redacted>"
 _QUOTED = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
-#: Excerpts the detectors put into messages: ``(cached '…' vs prompt '…')``.
-_EXCERPT = re.compile(rf"\s*\(cached {_QUOTED} vs prompt {_QUOTED}\)")
+#: Excerpts the detectors put into messages: ``(cached '…' vs prompt '…')``, ``given`` for observed
+#: code's ids, optionally with `` after '…'`` (the context both share).
+_EXCERPT = re.compile(rf"\s*\(cached {_QUOTED} vs (?:prompt|given) {_QUOTED}(?: after {_QUOTED})?\)")
 #: Command-line options whose value is conversation text.
 TEXT_OPTIONS = ("--system",)
 
@@ -90,6 +91,7 @@ def redact_record(record: TraceRecord) -> TraceRecord:
             c.reply = reply_placeholder(t)
             c.error = redact_message(c.error, secrets)
             c.prompt_ids = None
+            c.ids = None  # ids and their pieces are the conversation too
             for item in c.checklist:
                 item["evidence"] = redact_message(str(item.get("evidence", "")), secrets)
             out.add_turn(c)

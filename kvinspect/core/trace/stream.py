@@ -114,11 +114,15 @@ class RecordBuilder:
         """Both lines of a turn were lost: keep turn numbers true with a placeholder."""
         rec = self.record
         assert rec is not None
+        first = len(rec.turns)
         while len(rec.turns) < idx:
             k = len(rec.turns)
             rec.add_turn(TurnRecord(index=k, status="incomplete", error="lost: both of its lines are damaged",
                                     first_step=rec.n_steps))
-            self.problems.append(f"turn {k + 1} is lost: both its start and closing lines are damaged")
+        if idx - first == 1:
+            self.problems.append(f"turn {first + 1} is lost: both its start and closing lines are damaged")
+        elif idx - first > 1:  # one note for the run of them, however long
+            self.problems.append(f"turns {first + 1}–{idx} are lost: both their start and closing lines are damaged")
 
 
 class Stream:

@@ -77,7 +77,8 @@ def build_summary(record: TraceRecord, redact: bool = False) -> dict:
         "cache_class": cache_class,
         "turns": turns,
         # additions
-        "model_info": {k: model.get(k) for k in ("name", "source", "class", "dtype", "config", "generation_config")},
+        "model_info": {k: model.get(k) for k in ("name", "source", "class", "dtype", "config", "generation_config",
+                                                  "load_s", "load_source")},
         "policy": sess.get("policy"),
         "cache_impl": sess.get("cache_impl"),
         "steps": record.n_steps,
