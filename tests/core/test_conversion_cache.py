@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kvinspect.core.model import conversion_cache as cc
-from kvinspect.core.model.loading import load_model
+from kvinspect.core.model.loading import _conversion_round_trips, load_model
 
 from ..conftest import load_cached
 
@@ -34,11 +34,8 @@ def entry(cache_dir):
 
 
 def test_a_stored_conversion_loads_as_the_same_model(entry):
-    from transformers import cache_utils
-
-    if not hasattr(cache_utils, "DynamicSlidingWindowLayer"):  # the 4.5x compat run
-        pytest.skip("4.56 + torch 2.13: a forward after from_pretrained of the stored folder raises "
-                    "'unsupported scalarType' in autocast (not yet understood); checked on 5.x only")
+    if not _conversion_round_trips():  # 4.x: the folder loads but generate() then fails (docs/compat.md)
+        pytest.skip("transformers < 5 does not use the conversion cache")
     lm, key, folder = entry
     assert cc.lookup(key) == folder
     assert {"model.safetensors", "config.json", "tokenizer.json", cc.MANIFEST} <= {p.name for p in folder.iterdir()}
@@ -104,6 +101,10 @@ def test_the_gguf_hash_is_remembered_until_the_file_changes(cache_dir, tmp_path,
 
 def test_smollm2_second_load_reads_the_conversion_and_gives_the_same_logits(smollm2):
     again = load_model("smollm2", device="cpu")
+    if not _conversion_round_trips():
+        # 4.x neither reads nor writes the cache: every load de-quantises the GGUF.
+        assert (smollm2.load_source, again.load_source) == ("gguf", "gguf")
+        return
     assert again.load_source == "converted-cache"
     assert smollm2.load_source in ("gguf", "converted-cache")
     tok = again.tokenizer

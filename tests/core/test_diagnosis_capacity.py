@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from transformers import StaticCache
 
 import kvinspect
@@ -26,6 +27,12 @@ from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
 
 from ..conftest import load_cached
+
+# On transformers 4.x a static cache overflows differently: its sliding layers fail the second prefill
+# with a shape mismatch before any row runs out (tests/core/examples_expected.py), so the capacity
+# cases are checked on 5.x.
+pytestmark = pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
+                                reason="static-cache overflow is checked on transformers 5.x")
 
 pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 

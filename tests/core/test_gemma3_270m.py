@@ -49,6 +49,12 @@ def gemma3():
         if os.environ.get("KVINSPECT_REQUIRE_GEMMA3"):
             pytest.fail("gemma3-270m is not fetched (run: kvinspect models fetch gemma3-270m)")
         pytest.skip("gemma3-270m not fetched (kvinspect models fetch gemma3-270m)")
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        # Checked on 5.x, which the issue measured; 4.56.2 loads the GGUF but its tokenizer gives the
+        # test's first message 731 tokens (5.x: fewer than 420), so the window is passed in turn 1.
+        pytest.skip("gemma3-270m is checked on transformers 5.x")
     return load_cached("gemma3-270m")
 
 

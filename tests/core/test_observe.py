@@ -24,13 +24,14 @@ from kvinspect.core.observe.api import ObserveError
 from kvinspect.core.trace.tracefile import TraceReader, read_trace
 
 from ..conftest import load_cached
+from .examples_expected import load_expected
 
 # The examples pass past_key_values= as the article does; transformers 5.x warns about the spelling.
 pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = ROOT / "resources" / "examples"
-EXPECTED = {k: v for k, v in json.loads((EXAMPLES_DIR / "expected.json").read_text()).items() if k.endswith(".py")}
+EXPECTED = load_expected()
 
 
 def load_example(name: str):
