@@ -31,10 +31,10 @@ from ..conftest import load_cached
 # On transformers 4.x a static cache overflows differently: its sliding layers fail the second prefill
 # with a shape mismatch before any row runs out (tests/core/examples_expected.py), so the capacity
 # cases are checked on 5.x.
-pytestmark = pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
-                                reason="static-cache overflow is checked on transformers 5.x")
+SKIP_4X = pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
+                             reason="static-cache overflow is checked on transformers 5.x")
 
-pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+pytestmark = [SKIP_4X, pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "mistake_static_cache_too_small.py"
 

@@ -14,6 +14,7 @@ import io
 
 import pytest
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
 
 import kvinspect
@@ -25,7 +26,12 @@ from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import load_cached
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+# On transformers 4.x these loops fail before their first forward or with a shape mismatch in a static
+# cache's sliding layers (tests/core/examples_expected.py), and leave the shared built-ins changed for
+# the tests after them: the diagnosis cases are checked on 5.x.
+pytestmark = [pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
+                                 reason="the diagnosis cases are checked on transformers 5.x"),
+              pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]
 
 
 def _ids(lm):
