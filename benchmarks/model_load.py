@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -31,6 +32,9 @@ def one(name: str) -> dict:
     out = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, check=True)
     d = json.loads(out.stdout.strip().splitlines()[-1])
     d["wall_s"] = time.perf_counter() - t
+    for line in out.stderr.splitlines():  # why a conversion was not used ("stale", "truncated", …)
+        if "conversion cache" in line:
+            print(f"  {name}: {line.strip()}")
     return d
 
 
@@ -61,7 +65,9 @@ def main() -> int:
         cold_txt = f"cold {c['load_s']:.1f} s ({c['source']}), " if c else ""
         print(f"{n}: {cold_txt}warm median {statistics.median(ws):.2f} s load_model "
               f"({statistics.median(w['process_s'] for w in warm[n]):.2f} s with imports) over {len(ws)} runs "
-              f"[{warm[n][0]['source']}]" + (f"; cold/warm {c['load_s'] / statistics.median(ws):.1f}x" if c else ""))
+              f"[{', '.join(w['source'] for w in warm[n])}]"
+              + (f"; cold/warm {c['load_s'] / statistics.median(ws):.1f}x" if c else ""))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -503,6 +503,9 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self._pending_turn = None
         self.checklist.show_turn(None)
         self.refresh(force=True)
+        if live is not None and not self.viewer.mode:  # the toolbar's kinds: now what the cache did (3n: shared)
+            host = self._last_request.host if self._last_request is not None else None
+            self.model_label.setText(dialogs.model_summary(self.info) + (f" · on <b>{html.escape(host)}</b>" if host else ""))
         self.statusBar().showMessage(f"turn {turn.index + 1}: {turn.status}", 5000)
 
     def _on_failed(self, task: str, message: str) -> None:

@@ -16,10 +16,13 @@ from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import load_cached
 
-NEW_SHAPES = ("tiny-qwen3next", "tiny-gemma3n", "tiny-deepseek-v32")
+NEW_SHAPES = ("tiny-qwen3next", "tiny-lfm2", "tiny-falcon-h1", "tiny-gemma3n", "tiny-deepseek-v32")
 #: transformers 5.x layer classes for these shapes; 4.56 (the compat run) has none of them.
-LAYER_CLASS = {"tiny-qwen3next": "LinearAttentionLayer", "tiny-gemma3n": "DummyLayer",
+LAYER_CLASS = {"tiny-qwen3next": "LinearAttentionLayer", "tiny-lfm2": "LinearAttentionLayer",
+               "tiny-falcon-h1": "LinearAttentionAndFullAttentionLayer", "tiny-gemma3n": "DummyLayer",
                "tiny-deepseek-v32": "DynamicIndexedLayer"}
+#: Models with state layers, or layers holding a state beside their K/V (Falcon-H1).
+WITH_STATE = ("tiny-qwen3next", "tiny-lfm2", "tiny-falcon-h1")
 #: Two turns: the second both reuses the first's cache and pushes tiny-gemma3n past its window (32).
 #: Few new tokens: Qwen3-Next's gated delta rule runs its slow reference PyTorch code on CPU.
 TURNS = ("Hi! What does a KV cache hold?", "Why so?")
@@ -32,6 +35,14 @@ def _nbytes(t) -> int:
 
 def _state_bytes(layer) -> int:
     return sum(_nbytes(t) for d in (layer.conv_states, layer.recurrent_states) for t in d.values())
+
+
+def _held(layer) -> int:
+    """Bytes of every tensor transformers keeps for ``layer``: state, K/V, indexer keys."""
+    total = _state_bytes(layer) if hasattr(layer, "conv_states") else 0
+    for name in ("keys", "values", "indexer_keys"):
+        total += _nbytes(getattr(layer, name, None))
+    return total
 
 
 def _producers(config) -> dict[int, int]:
@@ -98,6 +109,9 @@ def test_probe_matches_transformers_on_new_shapes(name):
             else:
                 rows = layer.keys.shape[-2]
                 extra = _nbytes(getattr(layer, "indexer_keys", None))
+                if hasattr(layer, "conv_states"):  # a hybrid layer: its state beside the K/V
+                    extra += _state_bytes(layer)
+                    assert _state_bytes(layer) > 0
                 assert got["bytes"] == _nbytes(layer.keys) + _nbytes(layer.values) + extra
                 assert got["stored"] == rows
                 if kinds[i] == "indexed":
@@ -111,6 +125,7 @@ def test_probe_matches_transformers_on_new_shapes(name):
         rec = session.record
         assert list(rec.nbytes[turn.end_step - 1]) == [lay["bytes"] for lay in turn.layers]
         assert turn.cropped_from is None
+        assert not [e for e in rec.events if e.kind == "layers_disagree"]
     _replies[name] = done
 
 
@@ -141,3 +156,28 @@ def test_divergence_before_a_recurrent_state_starts_a_new_cache():
         ids = torch.tensor([turn.prompt_ids])
         fresh = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
     assert loaded.tokenizer.decode(fresh[0, ids.shape[1]:], skip_special_tokens=True) == turn.reply
+
+
+@pytest.mark.parametrize("name", WITH_STATE)
+def test_per_step_bytes_are_what_transformers_holds_at_each_step(name):
+    """The hook's bytes, every forward, against the tensors in the cache right then (state + K/V)."""
+    from kvinspect.core.cache.observer import StepObserver
+    from kvinspect.core.cache.probe import CacheProbe
+
+    require_shape(name)
+    loaded = load_cached(name)
+    probe = CacheProbe(loaded.model.config)
+    got, held, caches = [], [], []
+
+    def sink(sample):
+        got.append([int(b) for b in sample.nbytes])
+        held.append([_held(layer) for layer in sample.cache.layers])
+        caches.append(sample.cache)
+
+    ids = loaded.tokenizer("What does a KV cache hold?", return_tensors="pt")
+    with StepObserver(loaded.model, probe, sink), torch.inference_mode():
+        loaded.model.generate(**ids, max_new_tokens=6, do_sample=False)
+    assert len(got) == 6 and probe._state(caches[-1]).groups is not None  # the grouped read, not every layer
+    assert got == held and all(sum(row) > 0 for row in got)
+    state_layers = [i for i, k in enumerate(find_builtin(name).layer_kinds) if k == "state"]
+    assert len({got[s][i] for s in range(len(got)) for i in state_layers[:1]}) <= 1  # a state's size is fixed

@@ -115,3 +115,69 @@ def test_smollm2_second_load_reads_the_conversion_and_gives_the_same_logits(smol
     ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
     with torch.inference_mode():
         assert torch.equal(again.model(ids).logits, smollm2.model(ids).logits)
+
+
+def test_tied_weights_are_stored_under_the_name_transformers_ties_from(entry):
+    # Stored as lm_head, the embedding would load as "missing" and be random-initialised before the tie.
+    from safetensors import safe_open
+
+    lm, _, folder = entry
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    tied = getattr(lm.model, "all_tied_weights_keys", None) or {"lm_head.weight": "model.embed_tokens.weight"}
+    for target, source in tied.items():
+        assert source in names and target not in names
+
+
+def test_the_direct_tokenizer_load_is_checked_when_stored(entry, monkeypatch):
+    if not _conversion_round_trips():
+        pytest.skip("transformers < 5 does not use the conversion cache")
+    lm, key, folder = entry
+    assert cc.fast_tokenizer(folder)
+    tok = cc.load_tokenizer(folder)
+    assert cc.tokenizer_mismatch(lm.tokenizer, tok) is None
+    text = lm.tokenizer.apply_chat_template([{"role": "user", "content": "hi <s>"}], add_generation_prompt=True,
+                                            tokenize=False)
+    assert tok(text)["input_ids"] == lm.tokenizer(text)["input_ids"]
+    tok.padding_side = "left" if tok.padding_side == "right" else "right"
+    assert cc.tokenizer_mismatch(lm.tokenizer, tok) == "padding_side"
+    # A tokenizer the direct load does not reproduce is marked for AutoTokenizer instead.
+    monkeypatch.setattr(cc, "tokenizer_mismatch", lambda expected, got: "ids of 'x'")
+    other = {**key, "gguf_sha256": "cd" * 32}
+    assert not cc.fast_tokenizer(cc.store(lm.model, lm.tokenizer, other))
+
+
+def test_smollm2_direct_tokenizer_equals_the_gguf_one(smollm2):
+    """The warm path's tokenizer (Rust-parsed tokenizer.json) against the GGUF's own, ids and text."""
+    if not _conversion_round_trips():
+        pytest.skip("transformers < 5 does not use the conversion cache")
+    import transformers
+    from transformers import AutoTokenizer
+
+    from kvinspect.core.model.fetch import fetched_path
+
+    gguf = fetched_path("smollm2")  # the fixture's load stored (or read) its conversion
+    folder = cc.lookup(cc.entry_key(cc.gguf_sha256(gguf), transformers.__version__, "float32"))
+    assert folder is not None and cc.fast_tokenizer(folder)
+    ref = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tok = cc.load_tokenizer(folder)
+    assert cc.tokenizer_mismatch(ref, tok) is None
+    chat = [{"role": "user", "content": "What is <|im_end|> for?"}, {"role": "assistant", "content": "Ends a turn."}]
+    text = ref.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    assert tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) == text
+    ids = ref(text)["input_ids"]
+    assert tok(text)["input_ids"] == ids and tok.decode(ids) == ref.decode(ids) == text
+
+
+def test_bpe_merges_are_stored_in_the_short_form_only_where_it_is_unambiguous(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    vocab = {"a": 0, "b": 1, "ab": 2, " ": 3, "a ": 4, "abab": 5}
+    for merges, short in (([("a", "b"), ("ab", "ab")], True), ([("a", "b"), ("a", " ")], False)):
+        tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+        f = tmp_path / "tokenizer.json"
+        tk.save(str(f))
+        cc._compact_tokenizer_json(f)
+        stored = json.loads(f.read_text(encoding="utf-8"))["model"]["merges"]
+        assert all(isinstance(m, str) for m in stored) is short  # "a  " would not say which space splits
+        assert Tokenizer.from_file(str(f)).encode("abab a ab").ids == tk.encode("abab a ab").ids

@@ -5,6 +5,9 @@ transformers 5.x builds them from ``config.layer_types`` (``cache_utils.DYNAMIC_
 - ``LinearAttentionLayer`` (``linear_attention`` / ``conv``: Qwen3-Next, LFM2, Jamba, …) keeps
   fixed-size ``conv_states`` / ``recurrent_states`` dicts and no token axis. Such a layer is a
   **state** layer: it has bytes, but "tokens seen / stored" would be invented numbers.
+- ``LinearAttentionAnd{Full,SlidingWindow,Static…}AttentionLayer`` (``hybrid`` layer types:
+  Falcon-H1) run attention and a state side by side in one layer: the kind is its attention's,
+  and its bytes are its K/V rows plus the state.
 - ``DummyLayer`` stands for a layer that reads another layer's K/V (``kv_sharing_modes`` "reuse",
   Gemma 3n's last ``num_kv_shared_layers``) and stores nothing: a **shared** layer, 0 bytes of its
   own, reading from the last non-shared layer of its attention type.
@@ -36,6 +39,11 @@ def is_state_layer(layer) -> bool:
     """Only a state (no K/V): ``LinearAttentionLayer``, not the ``LinearAttentionAnd…`` hybrids."""
     n = _name(layer)
     return n.startswith("LinearAttention") and "And" not in n
+
+
+def is_hybrid_class(name: str) -> bool:
+    """``LinearAttentionAnd…Layer`` (``hybrid`` layer types: Falcon-H1): K/V rows *and* a fixed-size state."""
+    return name.startswith("LinearAttentionAnd")
 
 
 def is_shared_layer(layer) -> bool:

@@ -159,7 +159,8 @@ def _window_of(layer, attention: str, config_window: int | None) -> int | None:
 class _CacheState:
     """Per-cache bookkeeping: layer shapes and counters for static layers on accelerators."""
 
-    __slots__ = ("cache_id", "shapes", "readers", "est_seen", "row_bytes", "groups", "__weakref__")
+    __slots__ = ("cache_id", "shapes", "readers", "est_seen", "row_bytes", "groups", "hybrid", "state_bytes",
+                 "__weakref__")
 
     def __init__(self, cache_id: int):
         self.cache_id = cache_id
@@ -168,6 +169,8 @@ class _CacheState:
         self.est_seen: dict[int, int] = {}
         self.row_bytes: dict[int, int] = {}
         self.groups: LayerGroups | None = None  # set after the first full read where every layer had tensors
+        self.hybrid: frozenset[int] = frozenset()  # layers holding K/V and a conv/recurrent state (Falcon-H1)
+        self.state_bytes: dict[int, int] = {}  # their state's size, fixed once it exists (like row_bytes)
 
 
 class CacheProbe:
@@ -246,6 +249,7 @@ class CacheProbe:
         if len(st.shapes) != len(layers):
             st.shapes = [self._shape_of(i, lay) for i, lay in enumerate(layers)]
             st.readers = [self._reader_for(s) for s in st.shapes]
+            st.hybrid = frozenset(s.index for s in st.shapes if layer_kinds.is_hybrid_class(s.cls))
             st.groups = None
         return st.shapes
 
@@ -296,6 +300,7 @@ class CacheProbe:
         groups = st.groups
         readers = st.readers
         row_bytes = st.row_bytes
+        hybrid = st.hybrid
         codes = self._dev_codes
         seen = [NA] * n
         stored = [NA] * n
@@ -339,6 +344,13 @@ class CacheProbe:
                 if rb is None:
                     rb = row_bytes[i] = layer_kinds.row_bytes(layer, keys)
                 nbytes[i] = rows * rb
+            if hybrid and i in hybrid:  # its state's bytes too: fixed-size, so the row count misses them
+                sb = st.state_bytes.get(i)
+                if sb is None:
+                    sb = layer_kinds.state_read(layer)[1]
+                    if sb:
+                        st.state_bytes[i] = sb
+                nbytes[i] += sb
             if reader == "dyn":
                 seen[i] = stored[i] = rows
             elif reader == "dynslide":

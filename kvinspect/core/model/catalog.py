@@ -118,6 +118,23 @@ BUILTINS: tuple[BuiltinModel, ...] = (
         ),
     ),
     BuiltinModel(
+        name="tiny-lfm2",
+        title="Tiny LFM2 (random weights)",
+        behaviour="conv state: 3 layers keep a short convolution state (no tokens), 1 full layer",
+        layer_kinds=("state", "state", "full", "state"),
+        tiny=TinySpec("Lfm2Config", {"num_hidden_layers": 4,
+                                     "layer_types": ["conv", "conv", "full_attention", "conv"]}, min_transformers=5),
+    ),
+    BuiltinModel(
+        name="tiny-falcon-h1",
+        title="Tiny Falcon-H1 (random weights)",
+        behaviour="hybrid layers: each layer keeps K/V for every token and a fixed-size Mamba state",
+        layer_kinds=("full",) * 2,
+        tiny=TinySpec("FalconH1Config", {"num_hidden_layers": 2, "mamba_d_ssm": 32, "mamba_n_heads": 4,
+                                         "mamba_d_head": 8, "mamba_d_state": 8, "mamba_chunk_size": 8},
+                       min_transformers=5),
+    ),
+    BuiltinModel(
         name="tiny-gemma3n",
         title="Tiny Gemma 3n text (random weights)",
         behaviour="KV sharing: the last three layers read the K/V of earlier ones and store none",

@@ -292,8 +292,10 @@ def _load_weights(resolved: ResolvedSpec, device_map, torch_dtype, trust_remote_
     folder = cc.lookup(key)
     if folder is not None:
         converted = ResolvedSpec(resolved.spec, "dir", str(folder), builtin=resolved.builtin)
+        tokenizer = (lambda: cc.load_tokenizer(folder)) if cc.fast_tokenizer(folder) else None
         try:
-            model, tok = _load_pretrained(converted, device_map, torch_dtype, trust_remote_code, step)
+            model, tok = _load_pretrained(converted, device_map, torch_dtype, trust_remote_code, step,
+                                          tokenizer=tokenizer)
             return model, tok, "converted-cache"
         except ModelLoadError as exc:
             # The manifest matched but transformers could not read it: rebuild it from the GGUF.
@@ -321,7 +323,9 @@ def _conversion_round_trips() -> bool:
     return int(transformers.__version__.split(".")[0]) >= 5
 
 
-def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remote_code, step):
+def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remote_code, step,
+                     tokenizer: Callable[[], Any] | None = None):
+    """``(model, tokenizer)``; ``tokenizer`` builds the tokenizer instead of ``AutoTokenizer`` (a stored conversion)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from kvinspect.core.compat import dtype_kwarg
@@ -348,7 +352,7 @@ def _load_pretrained(resolved: ResolvedSpec, device_map, torch_dtype, trust_remo
         raise ModelLoadError(f"{where} has no tokenizer files (looked for {', '.join(_TOKENIZER_FILES[:4])}, …); "
                              "copy the model's tokenizer next to its config.json")
     try:
-        tok = AutoTokenizer.from_pretrained(resolved.location, **kw)
+        tok = tokenizer() if tokenizer is not None else AutoTokenizer.from_pretrained(resolved.location, **kw)
     except Exception as exc:  # noqa: BLE001 - tokenizer backends raise many types
         raise ModelLoadError(f"could not load the tokenizer of {where}: {_first_line(exc)}") from None
     step("loading weights" + (" (de-quantising GGUF)" if resolved.gguf_file else ""), 0.35)

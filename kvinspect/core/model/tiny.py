@@ -37,6 +37,8 @@ class TinySpec:
 
     config_class: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: Oldest transformers major version whose cache this built-in shows (its layer classes are 5.x-only).
+    min_transformers: int | None = None
 
 
 _COMMON = dict(
@@ -91,11 +93,15 @@ def build_model(spec: TinySpec):
     from transformers import AutoModelForCausalLM
 
     config_cls = getattr(transformers, spec.config_class, None)
-    if config_cls is None:  # newer architectures (Qwen3-Next, DeepSeek V3.2, …) on an older transformers
+    major = int(transformers.__version__.split(".")[0])
+    if config_cls is None or (spec.min_transformers is not None and major < spec.min_transformers):
+        # Newer architectures (Qwen3-Next, DeepSeek V3.2, …) on an older transformers, or older ones whose
+        # 4.x cache is a model-specific class instead of the 5.x state layers (LFM2, Falcon-H1).
         from kvinspect.core.errors import ModelSpecError
 
-        raise ModelSpecError(f"this built-in needs transformers with {spec.config_class}; "
-                             f"installed: transformers {transformers.__version__}")
+        need = f"transformers {spec.min_transformers}.x or newer" if config_cls is not None else \
+            f"transformers with {spec.config_class}"
+        raise ModelSpecError(f"this built-in needs {need}; installed: transformers {transformers.__version__}")
     config = config_cls(**{**_COMMON, **spec.overrides})
     # Seed only our own generator state: a fork keeps the caller's RNG untouched.
     with torch.random.fork_rng(devices=[]):
