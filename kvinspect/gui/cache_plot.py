@@ -12,7 +12,8 @@ from PySide6 import QtCore
 
 from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RecordSeries, envelope
 from . import theme as th
-from .plot_items import HGrid, LayerAxis, RegionsItem, StepAxis, StickyRange, layer_ticks, merged_spans
+from .lane_items import CACHE, Curve, Heatmap
+from .plot_items import HGrid, LayerAxis, RegionsItem, StepAxis, StickyRange, ValueAxis, layer_ticks, merged_spans
 
 AXIS_W = 72  # every lane's left and right axes have the same width, so their steps line up
 
@@ -50,8 +51,7 @@ class HeatmapLane:
         vb.invertY(True)
         vb.setMouseEnabled(x=True, y=False)
         vb.setDefaultPadding(0)
-        self.img = pg.ImageItem()
-        self.img.setLookupTable(pg.colormap.get("viridis").getLookupTable(nPts=256))
+        self.img = Heatmap(pg.colormap.get("viridis").getLookupTable(nPts=256))
         self.plot.addItem(self.img)
         self.regions = RegionsItem(th.DARK.region)
         self.regions.setZValue(5)
@@ -64,6 +64,9 @@ class HeatmapLane:
             self.plot.addItem(item, ignoreBounds=True)
         self.n_layers = 0
         self._tick_h = -1.0
+        self._scale_top = 0.0
+        self._window_key: tuple | None = None
+        self._window_len = 0
         self._no_token_rows: dict[str, list[int]] = {}
         self._no_token_span = None
 
@@ -87,6 +90,9 @@ class HeatmapLane:
         self.img.clear()
         self.regions.set_rects([])
         self._tick_h = -1.0
+        self._scale_top = 0.0
+        self._window_key = None
+        self._window_len = 0
 
     def update_kinds(self, record) -> None:
         self.axis.set_kinds(layer_kinds(record))
@@ -111,8 +117,16 @@ class HeatmapLane:
             self.img.clear()
             return 0
         top = max(int(hi.max()), 1)
-        self.img.setImage(hi, levels=(0, top), autoLevels=False)
-        self.img.setRect(QtCore.QRectF(x0, 0, len(hi) * stride, self.n_layers))
+        # The colour scale's top moves only when the largest length in view leaves a band just
+        # above it (cells stay within two of the 256 colour steps of an exact scale): while a run
+        # grows the cells keep their colours, so only the newest column is mapped again and most
+        # frames upload nothing.
+        if not (top <= self._scale_top <= top * (1 + 2 / 256)):
+            self._scale_top = top * (1 + 1 / 256)
+        same = (x0, stride, self._scale_top)
+        prefix = max(self._window_len - 1, 0) if same == self._window_key else 0
+        self._window_key, self._window_len = same, len(hi)
+        self.img.set_window(hi, self._scale_top, QtCore.QRectF(x0, 0, len(hi) * stride, self.n_layers), prefix)
         self._draw_no_tokens(float(x0), float(len(hi) * stride))
         return top
 
@@ -132,7 +146,7 @@ class TokensLane:
     """Mean seen/stored over layers, the picked layers' stored length, window reference lines."""
 
     def __init__(self, layout: pg.GraphicsLayout, row: int):
-        self.plot = layout.addPlot(row=row, col=1, axisItems={"bottom": StepAxis("bottom")})
+        self.plot = layout.addPlot(row=row, col=1, axisItems={"bottom": StepAxis("bottom"), "left": ValueAxis("left")})
         self.plot.hideButtons()
         self.plot.setMenuEnabled(False)
         self.plot.setLabel("left", "tokens")
@@ -141,17 +155,22 @@ class TokensLane:
         vb.setMouseEnabled(x=True, y=False)
         vb.disableAutoRange()
         self.yrange = StickyRange(keep_clear=0.28)  # the legend row sits over the lane's top
-        self.grid = HGrid(self.plot)
+        self.grid = HGrid(self.plot, th.DARK.plot_fg, th.DARK.grid_alpha, th.DARK.plot_bg)
         self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
                                           verSpacing=-6, horSpacing=14)
-        self.seen = self.plot.plot(name="seen", pen=pg.mkPen(th.DARK.seen, width=1.6,
-                                                             style=QtCore.Qt.PenStyle.DashLine))
+        self.seen = self._curve("seen", pg.mkPen(th.DARK.seen, width=1.6, style=QtCore.Qt.PenStyle.DashLine))
         self.seen.setZValue(10)  # dashed, on top: every attention layer has seen this many tokens
-        self.stored = self.plot.plot(name="stored (mean)", pen=pg.mkPen(th.DARK.stored, width=2.2))
+        self.stored = self._curve("stored (mean)", pg.mkPen(th.DARK.stored, width=2.2))
         self.stored.setZValue(9)
         self.layer_curves: dict[int, pg.PlotDataItem] = {}
         self.window_lines: list[pg.InfiniteLine] = []
         self.theme = th.DARK
+
+    def _curve(self, name: str, pen) -> Curve:
+        c = Curve(pen, name=name)
+        self.plot.addItem(c)
+        self.legend.addItem(c, name)
+        return c
 
     def reset(self, record) -> None:
         for c in list(self.layer_curves.values()):
@@ -184,6 +203,7 @@ class TokensLane:
                                    label=f"{word} {w}", labelOpts={"position": 0.02, "color": color,
                                                                    "anchors": [(0, 1), (0, 1)]})
             line.setZValue(-5)
+            line.setCacheMode(CACHE)
             self.plot.addItem(line, ignoreBounds=True)
             self.window_lines.append(line)
             self.windows.append(w)
@@ -201,29 +221,30 @@ class TokensLane:
             if i in self.layer_curves:
                 self.layer_curves[i].setPen(pg.mkPen(color, width=1.6))
                 continue
-            self.layer_curves[i] = self.plot.plot(name=f"L{i} {k}", pen=pg.mkPen(color, width=1.6))
+            self.layer_curves[i] = self._curve(f"L{i} {k}", pg.mkPen(color, width=1.6))
 
     def refresh(self, s: RecordSeries, a: float, b: float, cols: int) -> None:
         if s.curves.n == 0:
             return
         win = s.curves.window(a, b, cols)
-        self.seen.setData(*envelope(*win, MEAN_SEEN))
-        self.stored.setData(*envelope(*win, MEAN_STORED))
+        layers = {i: s.layer(i).window(a, b, cols) for i in self.layer_curves}
         top = float(win[2][:, MEAN_SEEN].max(initial=0))
-        for i, curve in self.layer_curves.items():
-            x0, stride, hi, lo = s.layer(i).window(a, b, cols)
-            x, y = envelope(x0, stride, hi, lo, 1)
-            curve.setData(x, np.where(y < 0, np.nan, y))
+        for _x0, _stride, hi, _lo in layers.values():
             top = max(top, float(hi[:, 1].max(initial=0)))
         # A window line joins the range once the data come near it (a 4096 window must not squash 300 tokens).
         top = max([top] + [w for w in self.windows if top >= 0.5 * w])
-        new = self.yrange.fit(0, top)
+        new = self.yrange.fit(0, top)  # the range first: the curves are drawn to its pixels
         if new is not None:
             self.plot.setYRange(*new, padding=0)
+        self.seen.setData(*envelope(*win, MEAN_SEEN))
+        self.stored.setData(*envelope(*win, MEAN_STORED))
+        for i, curve in self.layer_curves.items():
+            x, y = envelope(*layers[i], 1)
+            curve.setData(x, np.where(y < 0, np.nan, y))  # no token axis (state, shared): a gap
 
     def apply_theme(self, t: th.Theme) -> None:
         self.theme = t
-        self.grid.set_color(t.plot_fg, t.grid_alpha)
+        self.grid.set_color(t.plot_fg, t.grid_alpha, t.plot_bg)
         self.seen.setPen(pg.mkPen(t.seen, width=1.6, style=QtCore.Qt.PenStyle.DashLine))
         self.stored.setPen(pg.mkPen(t.stored, width=2.2))
 
@@ -231,31 +252,50 @@ class TokensLane:
 def fixed_axes(plot: pg.PlotItem, bottom_values: bool = False) -> None:
     """Same-width left/right axes on every lane (x stays aligned); step values only on the last lane."""
     plot.getAxis("left").setWidth(AXIS_W)
+    plot.getAxis("top").unlinkFromView()  # never shown: following the view would only re-set its label
     plot.showAxis("right")
     right = plot.getAxis("right")
     right.setWidth(AXIS_W)
     if not right.labelText:
         right.setStyle(showValues=False, tickLength=0)
+        # Only a spacer with an edge line: following the view would regenerate it on every zoom.
+        right.unlinkFromView()
     if bottom_values:
         plot.getAxis("bottom").setStyle(showValues=True)
     else:
         plot.hideAxis("bottom")  # x is shared; only the last lane shows steps
+        plot.getAxis("bottom").unlinkFromView()  # hidden: following the view only re-sets its label
 
 
-def region_spans(record, series: RecordSeries, kinds=("window_reached", "chunk_reached")) -> list:
-    """Where layers stopped growing: from each event's step to the end of that cache object's life."""
+def region_spans(record, series: RecordSeries, kinds=("window_reached", "chunk_reached"),
+                 memo: dict | None = None) -> list:
+    """Where layers stopped growing: from each event's step to the end of that cache object's life.
+
+    ``memo`` (one dict per view, kept between frames) remembers how far each event's cache
+    object was already followed, so a live frame scans only the new steps, not the whole run.
+    """
     cid = series._raw_views.get("cache_id") if series._raw_views else None
     n = series.n
+    memo = {} if memo is None else memo
     out = []
-    for e in record.events:
+    for idx, e in enumerate(record.events):
         if e.kind not in kinds or not e.layers:
             continue
         end = n
         want = e.data.get("cache_id")
         if cid is not None and want is not None and e.step < n:
-            other = np.nonzero(cid[e.step:n] != want)[0]
-            if len(other):
-                end = e.step + int(other[0])
+            key = (idx, e.step, want)
+            done, found = memo.get(key, (e.step, None))
+            if found is None and done < n:
+                other = np.nonzero(cid[done:n] != want)[0]
+                found = done + int(other[0]) if len(other) else None
+                done = n
+            if done > n:  # the record shrank (a new one): start over
+                other = np.nonzero(cid[e.step:n] != want)[0]
+                found, done = (e.step + int(other[0]) if len(other) else None), n
+            memo[key] = (done, found)
+            if found is not None and found < n:
+                end = found
         for l0, l1 in merged_spans(e.layers):
             out.append((float(e.step), float(end), l0, l1))
     return out

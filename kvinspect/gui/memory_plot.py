@@ -15,6 +15,7 @@ from PySide6 import QtCore
 from ..core.trace.series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries, envelope
 from . import theme as th
 from .cache_plot import fixed_axes
+from .lane_items import Curve
 from .plot_items import BytesAxis, HGrid, StepAxis, StickyRange
 
 #: The RSS is sampled by the process that runs the model (the engine, for a live session), never the window.
@@ -38,7 +39,7 @@ class MemoryLane:
         self.kv_range = StickyRange(keep_clear=0.28)
         # At least 4 % of the value: a flat RSS is not zoomed into sub-MiB noise (nor tick labels too wide to fit).
         self.proc_range = StickyRange(headroom=0.3, zero=False, min_frac=0.04)
-        self.grid = HGrid(self.plot)
+        self.grid = HGrid(self.plot, th.DARK.plot_fg, th.DARK.grid_alpha, th.DARK.plot_bg)
         # Right axis: a second view box that follows the first in x.
         self.vb2 = pg.ViewBox()
         self.vb2.setMouseEnabled(x=False, y=False)
@@ -49,23 +50,23 @@ class MemoryLane:
         vb.sigResized.connect(self._sync_views)
         self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
                                           verSpacing=-6, horSpacing=14)
-        self.stack: dict[str, pg.PlotDataItem] = {}
+        self.stack: dict[str, Curve] = {}
         self._stack_names: list[str] = []
         self._peaks_key = None
         self._peak_values: list[float] = []
         # The process that runs the model: the engine for a live session, never the window.
-        self.rss = pg.PlotDataItem(pen=pg.mkPen(th.RSS_COLOR, width=1.4), name=RSS_LABEL)
-        self.alloc = pg.PlotDataItem(pen=pg.mkPen(th.ALLOC_COLOR, width=1.4), name="accel allocated")
-        self.reserved = pg.PlotDataItem(pen=pg.mkPen(th.RESERVED_COLOR, width=1.2, style=QtCore.Qt.PenStyle.DashLine),
-                                        name="accel reserved")
-        self.peaks = pg.PlotDataItem(pen=pg.mkPen(th.RSS_COLOR, width=3), connect="pairs", name="peak per turn")
+        self.rss = Curve(pg.mkPen(th.RSS_COLOR, width=1.4), name=RSS_LABEL)
+        self.alloc = Curve(pg.mkPen(th.ALLOC_COLOR, width=1.4), name="accel allocated")
+        self.reserved = Curve(pg.mkPen(th.RESERVED_COLOR, width=1.2, style=QtCore.Qt.PenStyle.DashLine),
+                              name="accel reserved")
+        self.peaks = Curve(pg.mkPen(th.RSS_COLOR, width=3), connect="pairs", name="peak per turn")
         for item in (self.rss, self.alloc, self.reserved, self.peaks):
             self.vb2.addItem(item)
             self.legend.addItem(item, item.name())
         # memory_retained events (issue 14): KV bytes another object keeps alive, on the KV axis, per turn.
         dotted = QtCore.Qt.PenStyle.DotLine
-        self.retained = pg.PlotDataItem(pen=pg.mkPen(th.STATUS_COLORS["warn"], width=2, style=dotted),
-                                        connect="pairs", name="KV retained elsewhere")
+        self.retained = Curve(pg.mkPen(th.STATUS_COLORS["warn"], width=2, style=dotted),
+                              connect="pairs", name="KV retained elsewhere")
         self.plot.addItem(self.retained)
         self._retained_key = None
         self._retained_top = 0.0
@@ -115,7 +116,7 @@ class MemoryLane:
             color = pg.mkColor(th.device_color(name, j))
             fill = pg.mkColor(color)
             fill.setAlpha(150)
-            item = pg.PlotDataItem(pen=pg.mkPen(color, width=1.2), fillLevel=0, brush=fill, name=f"KV on {name}")
+            item = Curve(pg.mkPen(color, width=1.2), name=f"KV on {name}", connect="all", fill_level=0, brush=fill)
             item.setZValue(-10 - j)
             self.plot.addItem(item)
             self.stack[name] = item
@@ -137,16 +138,14 @@ class MemoryLane:
             return
         self._ensure_stack(s)
         win = s.curves.window(a, b, cols)
-        for name, col in s.device_columns():
-            x, y = envelope(*win, col)
-            self.stack[name].setData(x, y)
-        self.rss.setData(*envelope(*win, RSS))
         cols_dev = [col for _, col in s.device_columns()]
         kv_top = float(win[2][:, cols_dev[-1]].max(initial=0)) if cols_dev else 0.0
         self._set_retained(record, turns)
-        new = self.kv_range.fit(0, max(kv_top, self._retained_top, 1024))
+        new = self.kv_range.fit(0, max(kv_top, self._retained_top, 1024))  # ranges first: curves follow their pixels
         if new is not None:
             self.plot.setYRange(*new, padding=0)
+        for name, col in s.device_columns():
+            self.stack[name].setData(*envelope(*win, col))
         proc = [RSS] + ([ACCEL_ALLOC, ACCEL_RESERVED] if self._accel else [])
         if not self._accel and win[2][:, ACCEL_RESERVED].max(initial=0) > 0:
             self._accel = True  # CUDA/MPS counters: shown only where they exist
@@ -155,8 +154,6 @@ class MemoryLane:
             self.legend.addItem(self.alloc, "accel allocated")
             self.legend.addItem(self.reserved, "accel reserved")
         if self._accel:
-            self.alloc.setData(*envelope(*win, ACCEL_ALLOC))
-            self.reserved.setData(*envelope(*win, ACCEL_RESERVED))
             proc = [RSS, ACCEL_ALLOC, ACCEL_RESERVED]
         key = tuple((t.index, t.status, t.end_step) for t in turns)
         if key != self._peaks_key:
@@ -169,6 +166,10 @@ class MemoryLane:
         new = self.proc_range.fit(lo, hi)
         if new is not None:
             self.vb2.setYRange(*new, padding=0)
+        self.rss.setData(*envelope(*win, RSS))
+        if self._accel:
+            self.alloc.setData(*envelope(*win, ACCEL_ALLOC))
+            self.reserved.setData(*envelope(*win, ACCEL_RESERVED))
 
     def _set_retained(self, record, turns) -> None:
         """A dotted segment at each memory_retained event's bytes, across the turn it was found after."""
@@ -202,4 +203,4 @@ class MemoryLane:
         return ys
 
     def apply_theme(self, t: th.Theme) -> None:
-        self.grid.set_color(t.plot_fg, t.grid_alpha)
+        self.grid.set_color(t.plot_fg, t.grid_alpha, t.plot_bg)

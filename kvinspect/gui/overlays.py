@@ -1,10 +1,10 @@
-"""Vertical marker lines across every lane (turn boundaries, recreated caches) as one item per lane.
+"""Vertical marker lines across every lane (turn boundaries, recreated caches), one item per lane.
 
-One ``InfiniteLine`` per turn per lane looked simple but cost ~0.1 ms each on every zoom or
-pan (pyqtgraph recomputes each line's bounds): 100 of them were 12 ms of a redraw. One
-``connect="pairs"`` curve per lane draws any number of lines in one paint (qt-and-ci.md §8);
-its segments span the lane's current y-range, refreshed when that range changes. Labels
-(``turn N``) are text items on the first lane only, for the most recent lines.
+One ``InfiniteLine`` per turn per lane cost ~0.1 ms each on every zoom or pan (pyqtgraph
+recomputes each line's bounds): 100 of them were 12 ms of a redraw. Here each lane has one
+item that draws every line in view in one call, from the top of its view to the bottom, so a
+y-range change moves nothing. The labels (``turn N``) are one more item on the first lane,
+drawn unscaled at the lines' screen positions; the latest win where they would overlap.
 """
 
 from __future__ import annotations
@@ -13,9 +13,136 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtGui
+from PySide6 import QtCore, QtGui
+
+from .lane_items import CACHE
 
 MAX_LABELS = 40
+LABEL_PAD = 4  # px between a line and its label
+
+
+class _ViewSpan(pg.GraphicsObject):
+    """An item whose extent is its view box's visible rect (it is redrawn when the view moves)."""
+
+    def __init__(self):
+        super().__init__()
+        self.setCacheMode(CACHE)
+
+    def boundingRect(self) -> QtCore.QRectF:
+        vb = self.getViewBox()
+        return vb.viewRect() if vb is not None else QtCore.QRectF()
+
+    def viewRangeChanged(self) -> None:
+        self.prepareGeometryChange()
+        self.update()
+
+
+class LinesItem(_ViewSpan):
+    """Vertical lines at ``xs`` across the whole height of the view, in one ``drawLines``."""
+
+    def __init__(self, pen):
+        super().__init__()
+        self.xs = np.zeros(0)
+        self.set_pen(pen)
+
+    def set_pen(self, pen) -> None:
+        pen = QtGui.QPen(pg.mkPen(pen))
+        self._width = max(1, int(round(pen.widthF())))  # drawn as that many 1-px lines side by side
+        pen.setWidthF(1.0)
+        pen.setCosmetic(True)
+        self._pen = pen
+        self.update()
+
+    def set_xs(self, xs: np.ndarray) -> None:
+        self.xs = xs
+        self.update()
+
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:
+        """x and y of each line's two ends, as a ``connect="pairs"`` curve would hold them."""
+        vb = self.getViewBox()
+        y0, y1 = vb.viewRange()[1] if vb is not None else (0.0, 1.0)
+        return np.repeat(self.xs, 2), np.tile([y0, y1], len(self.xs))
+
+    def paint(self, p, *args) -> None:
+        if not len(self.xs):
+            return
+        r = self.boundingRect()
+        i0 = int(np.searchsorted(self.xs, r.left(), side="left"))
+        i1 = int(np.searchsorted(self.xs, r.right(), side="right"))
+        if i1 <= i0:
+            return
+        t = p.transform()
+        dev = t.mapRect(r)
+        top, bottom = dev.top(), dev.bottom()
+        xs = np.floor(self.xs[i0:i1] * t.m11() + t.dx()) + 0.5  # device pixel centres (no rotation in a view box)
+        lines = [QtCore.QLineF(x + k, top, x + k, bottom) for x in xs for k in range(self._width)]
+        p.save()
+        p.resetTransform()  # in device pixels: the dash pattern is the same on every lane
+        p.setPen(self._pen)
+        p.drawLines(lines)
+        p.restore()
+
+
+class LabelsItem(_ViewSpan):
+    """``labels[i]`` just right of ``xs[i]`` at the top of the view, unscaled; overlapping ones hidden."""
+
+    def __init__(self, color: str):
+        super().__init__()
+        self.xs = np.zeros(0)
+        self.labels: list[str] = []
+        self._color = pg.mkColor(color)
+        self._font = QtGui.QFont()
+        self._metrics = QtGui.QFontMetricsF(self._font)
+        self._texts: dict[str, tuple[QtGui.QStaticText, float]] = {}
+
+    def set_labels(self, xs: np.ndarray, labels: list[str]) -> None:
+        self.xs, self.labels = xs, labels
+        self.update()
+
+    def set_color(self, color: str) -> None:
+        self._color = pg.mkColor(color)
+        self.update()
+
+    def _text(self, s: str) -> tuple[QtGui.QStaticText, float]:
+        if s not in self._texts:
+            st = QtGui.QStaticText(s)
+            st.setTextFormat(QtCore.Qt.TextFormat.PlainText)
+            self._texts[s] = (st, self._metrics.horizontalAdvance(s))
+        return self._texts[s]
+
+    def arrange(self, x0: float, x1: float, width_px: float) -> list[tuple[str, float, bool]]:
+        """(label, left edge in px, flipped) of the labels shown in a view of ``x0``…``x1``.
+
+        Walk from the latest: a label is kept when it ends left of the last kept one; one that
+        would pass the right edge is drawn to the left of its line instead.
+        """
+        scale = width_px / max(x1 - x0, 1e-9)
+        free_from = math.inf
+        out = []
+        for x, s in reversed(list(zip(self.xs, self.labels))):
+            px = (x - x0) * scale
+            w = self._text(s)[1] + 2 * LABEL_PAD
+            flip = px + w > width_px
+            left, right = (px - w, px) if flip else (px, px + w)
+            if right <= free_from - 2 and right > 0 and left < width_px:
+                out.append((s, left + LABEL_PAD, flip))
+                free_from = left
+        return out[::-1]
+
+    def paint(self, p, *args) -> None:
+        if not self.labels:
+            return
+        r = self.boundingRect()
+        dev = p.transform().mapRect(r)  # the view in device pixels (y may be flipped: take its top)
+        if dev.width() <= 0:
+            return
+        p.save()
+        p.resetTransform()
+        p.setFont(self._font)
+        p.setPen(self._color)
+        for s, left, _flip in self.arrange(r.left(), r.right(), dev.width()):
+            p.drawStaticText(QtCore.QPointF(dev.left() + left, dev.top() + 1), self._text(s)[0])
+        p.restore()
 
 
 class VLines:
@@ -24,83 +151,44 @@ class VLines:
     def __init__(self, lanes: list[pg.PlotItem], pen, label_color: str | None = None):
         self.lanes = lanes
         self.xs = np.zeros(0)
-        self.curves = []
+        self.curves = []  # one LinesItem per lane
         for plot in lanes:
-            curve = pg.PlotCurveItem(pen=pen, connect="pairs")
-            curve.setZValue(20)
-            plot.addItem(curve, ignoreBounds=True)
-            plot.getViewBox().sigYRangeChanged.connect(lambda *_, c=curve, p=plot: self._draw(c, p))
-            self.curves.append(curve)
+            item = LinesItem(pen)
+            item.setZValue(20)
+            plot.addItem(item, ignoreBounds=True)
+            self.curves.append(item)
         self.label_color = label_color
-        self.labels: list[pg.TextItem] = []
-        self._used = 0  # labels in use; some may be hidden to keep the others readable
-        vb = lanes[0].getViewBox()
-        vb.sigXRangeChanged.connect(lambda *_: self._declutter())
-        vb.sigResized.connect(lambda *_: self._declutter())
+        self.labels_item: LabelsItem | None = None
+        if label_color:
+            self.labels_item = LabelsItem(label_color)
+            self.labels_item.setZValue(21)
+            lanes[0].addItem(self.labels_item, ignoreBounds=True)
 
     def place(self, positions: list[float], labels: list[str] | None = None) -> None:
-        self.xs = np.asarray(positions, dtype=np.float64)
-        for curve, plot in zip(self.curves, self.lanes):
-            self._draw(curve, plot)
-        self._place_labels(labels or [])
-
-    def _draw(self, curve, plot) -> None:
-        if not len(self.xs):
-            curve.setData([], [])
-            return
-        y0, y1 = plot.getViewBox().viewRange()[1]
-        curve.setData(np.repeat(self.xs, 2), np.tile([y0, y1], len(self.xs)), connect="pairs")
-
-    def _place_labels(self, labels: list[str]) -> None:
-        if not self.label_color:
-            return
-        shown = list(zip(self.xs, labels))[-MAX_LABELS:]
-        plot = self.lanes[0]
-        while len(self.labels) < len(shown):
-            item = pg.TextItem(color=self.label_color, anchor=(0, 0))
-            plot.addItem(item, ignoreBounds=True)
-            self.labels.append(item)
-        y_top = plot.getViewBox().viewRange()[1][1]
-        for item, (x, text) in zip(self.labels, shown):
-            item.setText(text)
-            item.setPos(x, y_top)
-            item.setVisible(True)
-        for item in self.labels[len(shown):]:
-            item.setVisible(False)
-        self._used = len(shown)
-        self._declutter()
-
-    def _declutter(self) -> None:
-        """Hide labels that would overlap a later one (the latest turns win); flip the last inwards.
-
-        Zoomed out over many short turns, "turn 9turn 10turn 11" was unreadable; and a label at
-        the right edge was cut off.
-        """
-        if not self._used:
-            return
-        vb = self.lanes[0].getViewBox()
-        (x0, x1), _ = vb.viewRange()
-        width_px = max(vb.width(), 1.0)
-        scale = width_px / max(x1 - x0, 1e-9)
-        free_from = math.inf  # left end of the label kept just to the right
-        for item in reversed(self.labels[: self._used]):
-            px = (item.pos().x() - x0) * scale
-            w = QtGui.QFontMetricsF(item.textItem.font()).horizontalAdvance(item.toPlainText()) + 8
-            flip = px + w > width_px
-            item.setAnchor((1, 0) if flip else (0, 0))
-            left, right = (px - w, px) if flip else (px, px + w)
-            keep = right <= free_from - 2 and right > 0 and left < width_px
-            item.setVisible(keep)
-            if keep:
-                free_from = left
+        order = np.argsort(np.asarray(positions, dtype=np.float64), kind="stable")
+        self.xs = np.asarray(positions, dtype=np.float64)[order]
+        for item in self.curves:
+            item.set_xs(self.xs)
+        if self.labels_item is not None:
+            names = [labels[i] for i in order] if labels else []
+            shown = list(zip(self.xs, names))[-MAX_LABELS:]
+            self.labels_item.set_labels(np.asarray([x for x, _ in shown]), [s for _, s in shown])
 
     def positions(self) -> list[float]:
         return [float(x) for x in self.xs]
 
+    def shown_labels(self) -> list[str]:
+        """The labels drawn in the current view (the others would overlap a later one)."""
+        if self.labels_item is None:
+            return []
+        vb = self.lanes[0].getViewBox()
+        (x0, x1), _ = vb.viewRange()
+        return [s for s, _, _ in self.labels_item.arrange(x0, x1, max(vb.width(), 1.0))]
+
     def restyle(self, pen, label_color: str | None = None) -> None:
-        for curve in self.curves:
-            curve.setPen(pen)
+        for item in self.curves:
+            item.set_pen(pen)
         if label_color:
             self.label_color = label_color
-            for item in self.labels:
-                item.setColor(label_color)
+            if self.labels_item is not None:
+                self.labels_item.set_color(label_color)

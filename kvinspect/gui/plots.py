@@ -17,10 +17,12 @@ from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RSS, RecordSeries
 from ..core.units import fmt_bytes
 from . import theme as th
 from .cache_plot import HeatmapLane, TokensLane, fixed_axes, layer_kinds, layer_windows, region_spans
+from .lane_items import CACHE, Curve, Heatmap, cache_text
 from .memory_plot import MemoryLane
-from .overlays import VLines
-from .plot_items import MAX_PICKED, StepAxis, default_picks, gradient_pixmap, nice_ceiling, vline
+from .overlays import LabelsItem, LinesItem, VLines
+from .plot_items import MAX_PICKED, HGrid, RegionsItem, StepAxis, default_picks, gradient_pixmap, nice_ceiling, vline
 
+_VIEW_ITEMS = (Curve, Heatmap, RegionsItem, HGrid, LinesItem, LabelsItem, pg.ScatterPlotItem, pg.InfiniteLine)
 MAX_LINES = 200  # turn/recreate lines drawn as items; beyond that only the most recent
 MARKER_Y = (0.2, 0.52)  # rows in the event lane (0..1) for events at one step; turn labels sit on top
 
@@ -50,6 +52,13 @@ class PlotsWidget(QtWidgets.QWidget):
         self._applying_range = False
         self._follow_top: float | None = None
         self.growing = False  # a generation is running (set by the window)
+        self._spans_memo: dict = {}
+        self._caching = True
+        self._uncached: list = []
+        # Items are cached as pixmaps in QPixmapCache (lane_items.py); its default 10 MiB holds
+        # fewer than a view's items at 1000 × 600, and evicting them every frame costs more than
+        # not caching at all.
+        QtGui.QPixmapCache.setCacheLimit(max(QtGui.QPixmapCache.cacheLimit(), 96 * 1024))
         self._build()
 
     # -- layout ---------------------------------------------------------------------------
@@ -130,6 +139,7 @@ class PlotsWidget(QtWidgets.QWidget):
         self.markers = pg.ScatterPlotItem(size=11, hoverable=True, tip=self._marker_tip,
                                           hoverSize=14, pxMode=True)
         self.markers.setZValue(30)
+        self.markers.setCacheMode(CACHE)
         self.markers.sigClicked.connect(self._on_marker_clicked)
         self.lane.addItem(self.markers, ignoreBounds=True)
         self.turn_lines = VLines(self.lanes, pg.mkPen(th.DARK.turn_line, width=1, style=QtCore.Qt.PenStyle.DotLine),
@@ -216,9 +226,13 @@ class PlotsWidget(QtWidgets.QWidget):
         (a, b), _ = vb.viewRange()
         cols = max(int(vb.width()), 100)
         stamp = (s.n, step, round(a, 3), round(b, 3), cols, int(vb.height()))
+        moved = force or self._stamp is None or stamp[2:] != self._stamp[2:]
+        self._set_caching(not moved)
         if not (changed or force or stamp != self._stamp):
             return False
         self._stamp = stamp
+        if force:
+            self._invalidate()
         b = min(b, n - 1) if n else b
         self.placeholder.setVisible(n == 0)
         top = self.heat.refresh(s, a, b, cols)
@@ -300,8 +314,37 @@ class PlotsWidget(QtWidgets.QWidget):
         self._stamp = None
 
     # -- internals ------------------------------------------------------------------------
+    def _set_caching(self, on: bool) -> None:
+        """Pixmap caches on while the view stands still, off while it moves.
+
+        A live frame changes a few items, and the rest cost a blit each. A zoom, pan or resize
+        changes every item: caching would then render each into its pixmap and blit it, about
+        4 ms a frame more than painting directly (docs/redraw.md).
+        """
+        if on == self._caching:
+            return
+        self._caching = on
+        if on:
+            for item in self._uncached:
+                item.setCacheMode(CACHE)
+            self._uncached = []
+        else:
+            # Only what the view moves: axes, legends and labels keep theirs (they change when
+            # their ticks or entries do, and their text is the slowest thing to paint).
+            self._uncached = [i for i in self.view.scene().items()
+                              if i.cacheMode() == CACHE and isinstance(i, _VIEW_ITEMS)]
+            for item in self._uncached:
+                item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.NoCache)
+
+    def _invalidate(self) -> None:
+        """A forced redraw draws every item again, even those whose pixels would not change."""
+        for item in self.view.scene().items():
+            if isinstance(item, (Curve, Heatmap, RegionsItem)):
+                item.invalidate()
+
     def _set_record(self, record) -> None:
         self.record = record
+        self._spans_memo = {}
         self.series = RecordSeries(record) if record is not None else None
         self._stamp = None
         self._events_n = -1
@@ -376,8 +419,9 @@ class PlotsWidget(QtWidgets.QWidget):
             self.heat.update_kinds(record)
             self.tokens.set_windows(record)
             self._update_legend(layer_kinds(record))
+            cache_text(self.view.scene())  # new turn labels, legend rows
         # Regions grow with the data (open until the cache object changes): every redraw.
-        spans = region_spans(record, self.series)
+        spans = region_spans(record, self.series, memo=self._spans_memo)
         if step is not None:
             spans = [(x0, min(x1, step + 1.0), l0, l1) for x0, x1, l0, l1 in spans if x0 <= step]
         self.heat.set_regions(spans)

@@ -73,7 +73,7 @@ def test_two_turns_stream_and_fill_every_panel(qtbot, window):
     assert "cpu" in p.memory.stack and len(p.memory.stack["cpu"].getData()[0]) > 0
     assert len(p.memory.rss.getData()[0]) > 0
     assert p.turn_lines.positions() == [t1.first_step, t2.first_step]
-    assert [lab.toPlainText() for lab in p.turn_lines.labels if lab.isVisible()] == ["turn 1", "turn 2"]
+    assert p.turn_lines.shown_labels() == ["turn 1", "turn 2"]
 
     # Layer table: one row per layer, live values equal to the record's last step.
     m = window.layers.model

@@ -44,9 +44,16 @@ class _Buf:
 
 
 def _pairs(rows: np.ndarray, op) -> np.ndarray:
-    if len(rows) % 2:
-        rows = np.concatenate([rows, rows[-1:]])
-    return op(rows.reshape(len(rows) // 2, 2, rows.shape[1]), axis=1)
+    """Row pairs reduced with the ufunc ``op`` (a lone last row pairs with itself).
+
+    A live frame appends one row, so every level reduces one or two pairs: the ufunc on two
+    strided halves costs a third of ``np.max(reshape, axis=1)``, which the level count multiplies.
+    """
+    odd = len(rows) % 2
+    out = op(rows[0: len(rows) - odd: 2], rows[1::2])
+    if odd:
+        out = np.concatenate([out, rows[-1:]])
+    return out
 
 
 class Pyramid:
@@ -75,10 +82,10 @@ class Pyramid:
                 self._max.append(_Buf(self.width, self.dtype))
                 if self.with_min:
                     self._min.append(_Buf(self.width, self.dtype))
-            self._max[k].put(b0, _pairs(src_max[2 * b0: src_n], np.max))
+            self._max[k].put(b0, _pairs(src_max[2 * b0: src_n], np.maximum))
             src_max = self._max[k].view
             if self.with_min:
-                self._min[k].put(b0, _pairs(src_min[2 * b0: src_n], np.min))
+                self._min[k].put(b0, _pairs(src_min[2 * b0: src_n], np.minimum))
                 src_min = self._min[k].view
             lo, src_n, k = b0, len(src_max), k + 1
         self.n = n
