@@ -4,8 +4,8 @@ Why not pyqtgraph's ``PlotDataItem``/``ImageItem`` (docs/redraw.md has the profi
 
 * a pen wider than 1 px goes through Qt's stroker: 0.94 ms for a 1,000-point curve, against
   0.06 ms for a cosmetic 1-px line. A wide line is drawn here as 1-px strokes offset by whole
-  device pixels (a 2 × 2 brush for 2 px), 4 × 0.06 ms, and looks the same without antialiasing;
-* a new step in a 100k-step view moves a curve by a thousandth of a pixel. ``set_data`` keeps the
+  device pixels (``stroke_offsets``: two for 2 px), and looks the same without antialiasing;
+* a new step in a 100k-step view moves a curve by a thousandth of a pixel. ``setData`` keeps the
   new arrays but rebuilds the path and asks for a repaint only when some point moved by a quarter
   pixel or more; with the item cached as a pixmap, an unchanged item costs a blit;
 * the heatmap maps stored lengths to the 256 colours itself (one numpy take) and uploads a new
@@ -42,13 +42,6 @@ def pixel_size(item: pg.GraphicsObject) -> tuple[float, float] | None:
         return None
     pw, ph = (x1 - x0) / w, (y1 - y0) / h
     return (pw, ph) if pw > 0 and ph > 0 and math.isfinite(pw) and math.isfinite(ph) else None
-
-
-def pixel_height(vb) -> float | None:
-    """Data units per device pixel in y of view box ``vb`` (None before it has a size)."""
-    (_x0, _x1), (y0, y1) = vb.viewRange()
-    h = vb.height()
-    return (y1 - y0) / h if h > 0 and y1 > y0 else None
 
 
 def stroke_offsets(width: float) -> list[tuple[int, int]]:

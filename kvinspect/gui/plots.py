@@ -326,7 +326,10 @@ class PlotsWidget(QtWidgets.QWidget):
         self._caching = on
         if on:
             for item in self._uncached:
-                item.setCacheMode(CACHE)
+                try:
+                    item.setCacheMode(CACHE)
+                except RuntimeError:  # removed and deleted meanwhile (a record swap)
+                    pass
             self._uncached = []
         else:
             # Only what the view moves: axes, legends and labels keep theirs (they change when
