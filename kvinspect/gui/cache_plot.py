@@ -13,28 +13,10 @@ from PySide6 import QtCore
 from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RecordSeries, envelope
 from . import theme as th
 from .lane_items import CACHE, Curve, Heatmap
+from .layer_info import layer_kinds, layer_windows
 from .plot_items import HGrid, LayerAxis, RegionsItem, StepAxis, StickyRange, ValueAxis, layer_ticks, merged_spans
 
 AXIS_W = 72  # every lane's left and right axes have the same width, so their steps line up
-
-
-def layer_kinds(record) -> list[str]:
-    """Kind of each layer: what the cache did at the last finished turn, else what the config asks."""
-    for t in reversed(record.turns):
-        if t.layers:
-            kinds = [lay.get("kind") or lay.get("attention") or "full" for lay in t.layers]
-            if len(kinds) == record.n_layers:
-                return kinds
-    info = record.header.get("layers") or []
-    return [(info[i].get("config_attention") if i < len(info) else None) or "full" for i in range(record.n_layers)]
-
-
-def layer_windows(record) -> list[int | None]:
-    for t in reversed(record.turns):
-        if t.layers and len(t.layers) == record.n_layers:
-            return [lay.get("window") for lay in t.layers]
-    info = record.header.get("layers") or []
-    return [info[i].get("window") if i < len(info) else None for i in range(record.n_layers)]
 
 
 class HeatmapLane:

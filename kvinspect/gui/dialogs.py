@@ -8,6 +8,7 @@ from PySide6 import QtCore, QtWidgets
 
 from . import theme as th
 from .accessibility import fill_missing, name
+from .layer_info import cache_layers, layer_kinds, layer_windows
 from .model_picker import kinds_summary
 
 
@@ -64,14 +65,9 @@ def _kinds_text(record) -> str:
     (a Gemma 3n KV-shared layer is "shared", not the sliding/full its config names); before the
     first turn, what the config asks for.
     """
-    turn = next((t for t in reversed(record.turns) if t.layers and len(t.layers) == record.n_layers), None)
-    if turn is not None:
-        layers = turn.layers
-        kinds = tuple(th.kind_base(lay.get("kind") or lay.get("attention")) for lay in layers)
-    else:
-        layers = record.header.get("layers") or []
-        kinds = tuple(th.kind_base(lay.get("config_attention")) for lay in layers)
-    windows = sorted({lay.get("window") for lay in layers if lay.get("window")})
+    kinds = tuple(th.kind_base(k) for k in layer_kinds(record))
+    windows = sorted({w for w in layer_windows(record) if w})
+    layers = cache_layers(record) or []
     chips = " ".join(f"<span style='color:{th.kind_color(k)}'>■</span>" for k in th.KIND_ORDER if k in set(kinds))
     win = f" · window {', '.join(map(str, windows))}" if windows else ""
     readers: dict[int, list[int]] = {}

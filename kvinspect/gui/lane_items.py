@@ -54,6 +54,22 @@ def stroke_offsets(width: float) -> list[tuple[int, int]]:
     return [(k, k) for k in range(n)]
 
 
+class ViewSpan(pg.GraphicsObject):
+    """An item whose extent is its view box's visible rect, redrawn when the view moves (grid, marker lines)."""
+
+    def __init__(self):
+        super().__init__()
+        self.setCacheMode(CACHE)
+
+    def boundingRect(self) -> QtCore.QRectF:
+        vb = self.getViewBox()
+        return vb.viewRect() if vb is not None else QtCore.QRectF()
+
+    def viewRangeChanged(self) -> None:
+        self.prepareGeometryChange()
+        self.update()
+
+
 class Curve(pg.GraphicsObject):
     """A curve from x/y arrays (``connect``: "finite" breaks at NaN, "pairs" draws segments).
 

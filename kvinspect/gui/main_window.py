@@ -455,6 +455,11 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             self.progress.setRange(0, 1000)
             self.progress.setValue(int(frac * 1000))
 
+    def _show_model_line(self, info: ModelInfo) -> None:
+        """The toolbar's model line, with the host when the engine runs over ssh."""
+        host = self._last_request.host if self._last_request is not None else None
+        self.model_label.setText(dialogs.model_summary(info) + (f" · on <b>{html.escape(host)}</b>" if host else ""))
+
     def _on_loaded(self, info: ModelInfo) -> None:
         self._show_progress(False)
         self.restart_button.setVisible(False)
@@ -471,8 +476,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             self.chat.transcript.clear()
         self.chat.add_note(f"{info.name} loaded in {info.load_seconds:.1f} s on {info.device} ({info.dtype})."
                            + (" " + " ".join(info.notes) if info.notes else ""))
-        host = self._last_request.host if self._last_request is not None else None
-        self.model_label.setText(dialogs.model_summary(info) + (f" · on <b>{html.escape(host)}</b>" if host else ""))
+        self._show_model_line(info)
         self.setWindowTitle(f"kvinspect — {info.name}")
         self.trace_label.setText(f"trace: {dialogs.elide(info.trace_path)}" if info.trace_path else "")
         self.trace_label.setToolTip(info.trace_path or "")
@@ -504,8 +508,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.checklist.show_turn(None)
         self.refresh(force=True)
         if live is not None and not self.viewer.mode:  # the toolbar's kinds: now what the cache did (3n: shared)
-            host = self._last_request.host if self._last_request is not None else None
-            self.model_label.setText(dialogs.model_summary(self.info) + (f" · on <b>{html.escape(host)}</b>" if host else ""))
+            self._show_model_line(self.info)
         self.statusBar().showMessage(f"turn {turn.index + 1}: {turn.status}", 5000)
 
     def _on_failed(self, task: str, message: str) -> None:

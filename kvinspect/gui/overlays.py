@@ -15,29 +15,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui
 
-from .lane_items import CACHE
+from .lane_items import ViewSpan
 
 MAX_LABELS = 40
 LABEL_PAD = 4  # px between a line and its label
 
 
-class _ViewSpan(pg.GraphicsObject):
-    """An item whose extent is its view box's visible rect (it is redrawn when the view moves)."""
-
-    def __init__(self):
-        super().__init__()
-        self.setCacheMode(CACHE)
-
-    def boundingRect(self) -> QtCore.QRectF:
-        vb = self.getViewBox()
-        return vb.viewRect() if vb is not None else QtCore.QRectF()
-
-    def viewRangeChanged(self) -> None:
-        self.prepareGeometryChange()
-        self.update()
-
-
-class LinesItem(_ViewSpan):
+class LinesItem(ViewSpan):
     """Vertical lines at ``xs`` across the whole height of the view, in one ``drawLines``."""
 
     def __init__(self, pen):
@@ -83,7 +67,7 @@ class LinesItem(_ViewSpan):
         p.restore()
 
 
-class LabelsItem(_ViewSpan):
+class LabelsItem(ViewSpan):
     """``labels[i]`` just right of ``xs[i]`` at the top of the view, unscaled; overlapping ones hidden."""
 
     def __init__(self, color: str):

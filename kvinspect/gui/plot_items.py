@@ -10,7 +10,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from ..core.units import byte_scale
 from . import theme as th
-from .lane_items import CACHE, QUANTUM, pixel_size
+from .lane_items import CACHE, QUANTUM, ViewSpan, pixel_size
 
 
 class _Measure:
@@ -307,7 +307,7 @@ class RegionsItem(pg.GraphicsObject):
         p.restore()
 
 
-class HGrid(pg.GraphicsObject):
+class HGrid(ViewSpan):
     """Horizontal grid lines at the ticks of ``plot``'s left axis, drawn in its view box.
 
     pyqtgraph's own grid is part of the axis: the axis' cached picture then spans the whole
@@ -324,7 +324,6 @@ class HGrid(pg.GraphicsObject):
             plot.getAxis(name).setStyle(hideOverlappingLabels=True)
         plot.getViewBox().addItem(self, ignoreBounds=True)
         self.setZValue(-100)  # under every curve
-        self.setCacheMode(CACHE)
         self.set_color(color, alpha, background)
 
     def set_color(self, color: str, alpha: float, background: str | None = None) -> None:
@@ -342,14 +341,6 @@ class HGrid(pg.GraphicsObject):
                                    ((c.red(), bg.red()), (c.green(), bg.green()), (c.blue(), bg.blue()))))
             self._pens.append(pg.mkPen(c, width=1, cosmetic=True))
         self._lines_key = None
-        self.update()
-
-    def boundingRect(self) -> QtCore.QRectF:
-        vb = self.getViewBox()
-        return vb.viewRect() if vb is not None else QtCore.QRectF()
-
-    def viewRangeChanged(self) -> None:
-        self.prepareGeometryChange()
         self.update()
 
     def _lines(self, rect: QtCore.QRectF, height: float) -> list[list[QtCore.QLineF]]:

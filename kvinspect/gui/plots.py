@@ -16,13 +16,14 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RSS, RecordSeries
 from ..core.units import fmt_bytes
 from . import theme as th
-from .cache_plot import HeatmapLane, TokensLane, fixed_axes, layer_kinds, layer_windows, region_spans
-from .lane_items import CACHE, Curve, Heatmap, cache_text
+from .cache_plot import HeatmapLane, TokensLane, fixed_axes, region_spans
+from .lane_items import CACHE, Curve, Heatmap, ViewSpan, cache_text
+from .layer_info import layer_kinds, layer_windows
 from .memory_plot import MemoryLane
-from .overlays import LabelsItem, LinesItem, VLines
-from .plot_items import MAX_PICKED, HGrid, RegionsItem, StepAxis, default_picks, gradient_pixmap, nice_ceiling, vline
+from .overlays import VLines
+from .plot_items import MAX_PICKED, RegionsItem, StepAxis, default_picks, gradient_pixmap, nice_ceiling, vline
 
-_VIEW_ITEMS = (Curve, Heatmap, RegionsItem, HGrid, LinesItem, LabelsItem, pg.ScatterPlotItem, pg.InfiniteLine)
+_VIEW_ITEMS = (Curve, Heatmap, RegionsItem, ViewSpan, pg.ScatterPlotItem, pg.InfiniteLine)
 MAX_LINES = 200  # turn/recreate lines drawn as items; beyond that only the most recent
 MARKER_Y = (0.2, 0.52)  # rows in the event lane (0..1) for events at one step; turn labels sit on top
 
