@@ -10,8 +10,6 @@ the others of its kind, and the end-of-turn snapshot (which reads every layer) c
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 NA = -1
@@ -20,11 +18,13 @@ NA = -1
 class LayerGroups:
     """Which layers the per-step read takes, and which layer each series entry copies."""
 
-    __slots__ = ("members", "reps", "of_layer")
+    __slots__ = ("members", "reps", "of_layer", "rep_readers")
 
-    def __init__(self, members: list[list[int]], n: int):
+    def __init__(self, members: list[list[int]], n: int, readers: list | None = None):
         self.members = members
         self.reps = [m[0] for m in members]
+        #: ``(layer, reader)`` of each representative, in group order: the per-step read's whole loop.
+        self.rep_readers = [(i, readers[i] if readers is not None else "") for i in self.reps]
         # Layers without a read (shared, beyond the cache) point at a constant last row.
         of = np.full(n, len(members), dtype=np.intp)
         for g, m in enumerate(members):
@@ -43,19 +43,27 @@ class LayerGroups:
             if reader == "legacy" or dev[i] < 0:
                 return None
             # Same kind and storage, same device, and the same numbers right now.
-            key = (reader, replace(shape, index=0), int(dev[i]), row_bytes.get(i), int(seen[i]), int(stored[i]),
+            key = (reader, shape.cls, shape.attention, shape.config_attention, shape.storage, shape.window,
+                   shape.capacity, shape.reads_from, int(dev[i]), row_bytes.get(i), int(seen[i]), int(stored[i]),
                    int(nbytes[i]))
             keyed.setdefault(key, []).append(i)
-        return cls(list(keyed.values()), len(seen))
+        return cls(list(keyed.values()), len(seen), readers)
 
-    def spread(self, seen: list, stored: list, dev: list, nbytes: list):
-        """The per-layer arrays from the representatives' entries of the four lists."""
-        reps, of = self.reps, self.of_layer
-        return (np.array([seen[i] for i in reps] + [NA], dtype=np.int32)[of],
-                np.array([stored[i] for i in reps] + [NA], dtype=np.int32)[of],
-                np.array([dev[i] for i in reps] + [-1], dtype=np.int8)[of],
-                np.array([nbytes[i] for i in reps] + [0], dtype=np.int64)[of])
+    def spread(self, reps: list):
+        """The per-layer arrays from a read's ``reps``: seen, stored, device code and bytes of each group, in turn."""
+        of, g = self.of_layer, len(self.reps)
+        return (np.array([*reps[:g], NA], dtype=np.int32)[of],
+                np.array([*reps[g:2 * g], NA], dtype=np.int32)[of],
+                np.array([*reps[2 * g:3 * g], -1], dtype=np.int8)[of],
+                np.array([*reps[3 * g:], 0], dtype=np.int64)[of])
 
+    def expand(self, reps: np.ndarray) -> np.ndarray:
+        """Many forwards at once: ``reps`` of shape ``(k, 4, groups)`` to ``(k, 4, layers)`` (seen, stored, dev, bytes)."""
+        k, _, g = reps.shape  # reps.reshape(k, 4, groups) of k reads' ``reps`` one after the other
+        ext = np.empty((k, 4, g + 1), dtype=np.int64)
+        ext[:, :, :g] = reps
+        ext[:, :, g] = (NA, NA, -1, 0)  # layers without a read: shared, beyond the cache
+        return ext[:, :, self.of_layer]
 
 def kind_groups(rows) -> list[list[int]]:
     """Layers that should agree at a snapshot: ``rows`` of ``(index, key)``; groups of two or more."""

@@ -188,12 +188,18 @@ class CacheProbe:
         self.devices: list[str] = []  # device table: code -> "cpu", "cuda:0", ...
         self._dev_codes: dict = {}
         self.group_layers = True  # False: read every layer every forward (the benchmarks' baseline)
+        # The cache of the latest forward: one identity test finds its state, not a weak-dict lookup.
+        self._last: tuple[weakref.ref, _CacheState] | None = None
+        self._windows = {t: compat.config_window(config, t) for t in {*self.config_types, "full_attention"}}
 
     # -- identity -------------------------------------------------------------------------
     def identify(self, cache) -> tuple[int, bool]:
         """``(cache_id, first_time_seen)``; ids are stable for the life of the object."""
         if cache is None:
             return 0, False
+        last = self._last
+        if last is not None and last[0]() is cache:
+            return last[1].cache_id, False
         if _cls_name(cache) == "EncoderDecoderCache":
             raise UnsupportedCacheError(
                 "encoder-decoder caches (EncoderDecoderCache) are not supported: kvinspect inspects decoder-only models"
@@ -204,6 +210,9 @@ class CacheProbe:
         return self._state(cache).cache_id, True
 
     def _state(self, cache) -> _CacheState:
+        last = self._last
+        if last is not None and last[0]() is cache:
+            return last[1]
         try:
             st = self._states.get(cache)
         except TypeError:  # legacy tuples are not weak-referenceable
@@ -214,6 +223,7 @@ class CacheProbe:
         if st is None:
             st = _CacheState(next(self._ids))
             self._states[cache] = st
+        self._last = (weakref.ref(cache), st)
         return st
 
     def known_id(self, cache) -> int | None:
@@ -260,7 +270,7 @@ class CacheProbe:
             return LayerShape(i, "tuple", "full", config_attention, "legacy", None, None)
         storage = _storage_of(layer)
         attention = _attention_of(layer, storage, config_attention)
-        window = _window_of(layer, attention, compat.config_window(self.config, ctype))
+        window = _window_of(layer, attention, self._windows.get(ctype))
         capacity = compat.layer_capacity(layer) if storage not in ("none", "linear") else None
         if storage == "dynamic" and attention in ("sliding", "chunked") and capacity is None:
             capacity = window
@@ -284,90 +294,116 @@ class CacheProbe:
         return "dyn"
 
     # -- per-step fast read -----------------------------------------------------------------
-    def lengths(self, cache, q_len: int = 0):
-        """``(seen, stored, device_code, bytes)`` arrays, one entry per layer; no device sync.
+    def read(self, cache, q_len: int = 0):
+        """One forward's read, no device sync: ``(groups, reps)`` or ``(None, arrays)``.
 
-        Runs after every forward, right after the model has flushed the CPU caches, so it is kept
-        to few Python operations per layer: lists filled in one loop, converted once.
+        Grouped caches (:mod:`.layer_groups`) read one layer per group: ``reps`` is one list of
+        the groups' seen, then stored, device codes and bytes, which
+        :meth:`~.layer_groups.LayerGroups.spread` turns into per-layer arrays. Otherwise (the first
+        read of a cache, offloaded or legacy caches) every layer is read and ``arrays`` is
+        ``(seen, stored, device_code, bytes)`` as :meth:`lengths` gives them.
+
+        Runs after every forward, right after the model has flushed the CPU caches: a few Python
+        operations per group, no numpy.
         """
-        n = self.n_layers
         if cache is None:
-            return (np.full(n, NA, dtype=np.int32), np.full(n, NA, dtype=np.int32),
-                    np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.int64))
+            return None, self._no_cache()
         st = self._state(cache)
+        groups = st.groups
+        layers = getattr(cache, "layers", None)
+        if groups is None or layers is None or len(layers) != len(st.shapes):
+            return None, self._read_all(st, cache, q_len)
+        row_bytes, hybrid, codes = st.row_bytes, st.hybrid, self._dev_codes
+        seen, stored, dev, nbytes = [], [], [], []
+        for i, reader in groups.rep_readers:
+            layer = layers[i]
+            if reader == "dyn" and i not in hybrid:
+                keys = layer.keys
+                if keys is not None and keys.dim() == 4:
+                    rows = keys.shape[2]
+                    code = codes.get(keys.device)
+                    seen.append(rows)
+                    stored.append(rows)
+                    dev.append(code if code is not None else self.dev_code(keys.device))
+                    nbytes.append(rows * row_bytes[i])
+                    continue
+            a, b, c, d = self._read_layer(st, i, layer, reader, q_len)
+            seen.append(a)
+            stored.append(b)
+            dev.append(c)
+            nbytes.append(d)
+        return groups, seen + stored + dev + nbytes
+
+    def lengths(self, cache, q_len: int = 0):
+        """``(seen, stored, device_code, bytes)`` arrays, one entry per layer; no device sync."""
+        groups, row = self.read(cache, q_len)
+        return row if groups is None else groups.spread(row)
+
+    def _no_cache(self):
+        n = self.n_layers
+        return (np.full(n, NA, dtype=np.int32), np.full(n, NA, dtype=np.int32),
+                np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.int64))
+
+    def _read_all(self, st: _CacheState, cache, q_len: int):
+        """Every layer; forms the groups once every layer holds tensors."""
+        n = self.n_layers
         layers = self._layers(cache)
         shapes = st.shapes if len(st.shapes) == len(layers) else self.shapes(cache)
-        groups = st.groups
         readers = st.readers
-        row_bytes = st.row_bytes
-        hybrid = st.hybrid
-        codes = self._dev_codes
         seen = [NA] * n
         stored = [NA] * n
         dev = [-1] * n
         nbytes = [0] * n
-        # Grouped: one layer per group of same-kind layers (see layer_groups); else every layer.
-        for i in (groups.reps if groups is not None else range(min(n, len(layers)))):
-            reader = readers[i]
-            if reader == "na":
-                continue
-            layer = layers[i]
-            if reader == "state":  # no token axis: seen/stored stay NA, the state's bytes count
-                d, nbytes[i] = layer_kinds.state_read(layer)
-                if d is not None:
-                    dev[i] = self.dev_code(d)
-                continue
-            if reader == "legacy":
-                k = layer[0]
-                rows = int(k.shape[-2])
-                seen[i] = stored[i] = rows
-                dev[i] = self.dev_code(k.device)
-                nbytes[i] = 2 * k.numel() * k.element_size()
-                continue
-            if reader == "quant":
-                # The data lives in the quantized tensors; ``keys`` is only the unquantized residual.
-                keys, extra = _quant_main(layer)
-                seen[i] = stored[i] = int(getattr(layer, "cumulative_length", 0) or 0)
-                if keys is not None:
-                    dev[i] = self.dev_code(keys.device)
-                nbytes[i] = extra
-                continue
-            keys = layer.keys
-            if keys is None or keys.dim() != 4:
-                rows = 0
-            else:
-                rows = keys.shape[2]
-                d = keys.device
-                code = codes.get(d)
-                dev[i] = code if code is not None else self.dev_code(d)
-                rb = row_bytes.get(i)
-                if rb is None:
-                    rb = row_bytes[i] = layer_kinds.row_bytes(layer, keys)
-                nbytes[i] = rows * rb
-            if hybrid and i in hybrid:  # its state's bytes too: fixed-size, so the row count misses them
-                sb = st.state_bytes.get(i)
-                if sb is None:
-                    sb = layer_kinds.state_read(layer)[1]
-                    if sb:
-                        st.state_bytes[i] = sb
-                nbytes[i] += sb
-            if reader == "dyn":
-                seen[i] = stored[i] = rows
-            elif reader == "dynslide":
-                seen[i] = int(getattr(layer, "cumulative_length", rows))
-                stored[i] = rows
-            else:  # static
-                s = seen[i] = self._static_seen(st, i, layer, q_len)
-                cap = shapes[i].capacity
-                stored[i] = min(s, cap if cap is not None else rows)
-        if groups is not None:
-            return groups.spread(seen, stored, dev, nbytes)
+        for i in range(min(n, len(layers))):
+            seen[i], stored[i], dev[i], nbytes[i] = self._read_layer(st, i, layers[i], readers[i], q_len)
         out = (np.array(seen, dtype=np.int32), np.array(stored, dtype=np.int32),
                np.array(dev, dtype=np.int8), np.array(nbytes, dtype=np.int64))
         # Offloaded layers move between devices every forward: those caches keep the full read.
         if self.group_layers and not getattr(cache, "offloading", False):
-            st.groups = LayerGroups.build(shapes, readers, row_bytes, *out)
+            st.groups = LayerGroups.build(shapes, readers, st.row_bytes, *out)
         return out
+
+    def _read_layer(self, st: _CacheState, i: int, layer, reader: str, q_len: int) -> tuple[int, int, int, int]:
+        """``(seen, stored, device code, bytes)`` of one layer."""
+        if reader == "na":
+            return NA, NA, -1, 0
+        if reader == "state":  # no token axis: seen/stored stay NA, the state's bytes count
+            d, b = layer_kinds.state_read(layer)
+            return NA, NA, (self.dev_code(d) if d is not None else -1), b
+        if reader == "legacy":
+            k = layer[0]
+            rows = int(k.shape[-2])
+            return rows, rows, self.dev_code(k.device), 2 * k.numel() * k.element_size()
+        if reader == "quant":
+            # The data lives in the quantized tensors; ``keys`` is only the unquantized residual.
+            keys, extra = _quant_main(layer)
+            n = int(getattr(layer, "cumulative_length", 0) or 0)
+            return n, n, (self.dev_code(keys.device) if keys is not None else -1), extra
+        keys = layer.keys
+        code, b = -1, 0
+        if keys is None or keys.dim() != 4:
+            rows = 0
+        else:
+            rows = keys.shape[2]
+            code = self.dev_code(keys.device)
+            rb = st.row_bytes.get(i)
+            if rb is None:
+                rb = st.row_bytes[i] = layer_kinds.row_bytes(layer, keys)
+            b = rows * rb
+        if i in st.hybrid:  # its state's bytes too: fixed-size, so the row count misses them
+            sb = st.state_bytes.get(i)
+            if sb is None:
+                sb = layer_kinds.state_read(layer)[1]
+                if sb:
+                    st.state_bytes[i] = sb
+            b += sb
+        if reader == "dyn":
+            return rows, rows, code, b
+        if reader == "dynslide":
+            return int(getattr(layer, "cumulative_length", rows)), rows, code, b
+        s = self._static_seen(st, i, layer, q_len)
+        cap = st.shapes[i].capacity
+        return s, min(s, cap if cap is not None else rows), code, b
 
     def _static_seen(self, st: _CacheState, i: int, layer, q_len: int) -> int:
         cum = getattr(layer, "cumulative_length_int", None)

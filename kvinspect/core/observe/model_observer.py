@@ -255,6 +255,8 @@ class ModelObserver:
             self.settle()
             if self.writer is not None and not self.writer.closed:
                 self.pipeline.flush()
+            else:
+                self.pipeline.commit()  # the in-memory record current for a reader in another thread
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
         finally:

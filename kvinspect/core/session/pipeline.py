@@ -14,10 +14,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
+import numpy as np
+
 from kvinspect.core.cache.memory import MemorySampler
-from kvinspect.core.cache.observer import StepSample
+from kvinspect.core.cache.observer import StepSample, stack
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, turn_checklist
 from kvinspect.core.detect.events import TURN_FAILED, Event
@@ -28,6 +31,8 @@ from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.stream import Sink, Stream
 
 Detector = Callable[[TurnContext, TraceRecord], list[Event]]
+#: Forwards kept before they go to the record as one block (the flush interval usually comes first).
+PENDING_MAX = 128
 
 
 def callback_sink(on_event: Callable[[Event], None] | None = None,
@@ -110,6 +115,7 @@ class TurnPipeline:
         self.owns_peak = owns_peak
         self.turn: TurnRecord | None = None
         self.samples: list[StepSample] = []
+        self._pending: list[StepSample] = []  # forwards not yet in the record (it takes them in blocks)
         self._prev_ids: tuple[int, list[int]] | None = None  # the last turn's prompt + generated ids
         self._known_pieces: set[int] = set()
         self._flush_every = flush_every_s
@@ -117,6 +123,7 @@ class TurnPipeline:
 
     # -- during a turn ------------------------------------------------------------------------------
     def begin(self, turn: TurnRecord) -> None:
+        self.commit()
         self.turn = turn
         self.samples = []
         if self.owns_peak:
@@ -124,26 +131,44 @@ class TurnPipeline:
         self.stream.turn_started(turn)
 
     def step(self, s: StepSample) -> int:
-        """One forward of the open turn: its row goes to the record now, to the other sinks in blocks."""
-        turn = self.turn
-        assert turn is not None, "a step outside a turn"
-        self.stream.devices(self.probe.devices)
-        step = self.record.append_step(
-            turn=turn.index, t=s.t, cache_id=s.cache_id, q_len=s.q_len, use_cache=s.use_cache,
-            seen=s.seen, stored=s.stored, dev=s.dev, nbytes=s.nbytes,
-            rss=s.rss, accel_allocated=s.accel_allocated, accel_reserved=s.accel_reserved,
-        )
+        """One forward of the open turn: kept now, in the record within ``PENDING_MAX`` forwards or the flush
+        interval, whichever comes first, and to the other sinks at each flush."""
+        assert self.turn is not None, "a step outside a turn"
         s.cache = None  # samples never keep a cache alive
         self.samples.append(s)
-        if s.t - self._last_flush >= self._flush_every:
+        pending = self._pending
+        pending.append(s)
+        if len(pending) >= PENDING_MAX or s.t - self._last_flush >= self._flush_every:
             self.flush()
-        return step
+            return self.record.n_steps - 1
+        return self.record.n_steps + len(pending) - 1
+
+    def commit(self) -> None:
+        """Append the kept forwards to the record as one block (the hook's share of a row is a list append)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        turn = self.turn
+        assert turn is not None, "steps outside a turn"
+        self.stream.devices(self.probe.devices)
+        seen, stored, dev, nbytes = stack(pending, self.record.n_layers)
+        # One array for the scalars (float64 holds these integers exactly): a block costs a fixed few calls.
+        sc = np.fromiter(chain.from_iterable((s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache,
+                                              s.rss, s.accel_allocated, s.accel_reserved) for s in pending),
+                         np.float64, 7 * len(pending)).reshape(-1, 7)
+        self.record.append_steps(sc[:, 0], {
+            "turn": turn.index, "cache_id": sc[:, 1], "q_len": sc[:, 2], "use_cache": sc[:, 3], "rss": sc[:, 4],
+            "accel_allocated": sc[:, 5], "accel_reserved": sc[:, 6],
+            "seen": seen, "stored": stored, "dev": dev, "nbytes": nbytes,
+        })
 
     def token(self, text: str) -> None:
         if self.turn is not None and text:
             self.stream.emit(Token(self.turn.index, text))
 
     def flush(self) -> None:
+        self.commit()
         self.stream.flush_steps()
         self._last_flush = time.perf_counter()
 
@@ -157,6 +182,7 @@ class TurnPipeline:
         ``failure``: the turn failed (its status becomes ``failed`` and its error :func:`failure_text`). ``turn.status`` may already say ``stopped``, ``failed`` or
         ``interrupted`` (with ``turn.error``). ``extra_events(turn)`` adds the feeder's own events.
         """
+        self.commit()
         samples = self.samples
         rec = self.record
         if failure is not None:
@@ -224,4 +250,5 @@ class TurnPipeline:
         self.stream.emit(Note(key, value))
 
     def close(self) -> None:
+        self.commit()
         self.stream.close()

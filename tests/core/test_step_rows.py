@@ -1,0 +1,101 @@
+"""The per-step rows: what the hook keeps, and the blocks in which the pipeline appends them to the record.
+
+The hook keeps a grouped read's few numbers and the record takes forwards in blocks
+(:func:`kvinspect.core.cache.observer.stack`, ``TurnPipeline.commit``). These tests run real
+generations on tiny built-ins and compare every recorded row with a full read of every layer taken
+at the same forward by a second, ungrouped probe.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kvinspect.core.cache.memory import MemorySampler
+from kvinspect.core.cache.observer import StepObserver, stack
+from kvinspect.core.cache.probe import CacheProbe
+from kvinspect.core.detect.detectors import TurnContext
+from kvinspect.core.session import pipeline as pipeline_mod
+from kvinspect.core.session.pipeline import TurnPipeline
+from kvinspect.core.trace.record import TraceRecord, TurnRecord
+
+from ..conftest import load_cached
+
+NEW = 40
+
+
+def _observed_generation(name: str, flush_every_s: float = 3600.0):
+    """Generate ``NEW`` tokens with the real observer feeding a pipeline; also a full read at each forward."""
+    lm = load_cached(name)
+    probe = CacheProbe(lm.model.config)
+    full = CacheProbe(lm.model.config)
+    full.group_layers = False
+    record = TraceRecord(probe.n_layers)
+    memory = MemorySampler("cpu")
+    pipe = TurnPipeline(record, probe, memory, flush_every_s=flush_every_s)
+    turn = TurnRecord(index=0)
+    pipe.begin(turn)
+    truth, samples, in_record = [], [], []
+
+    def sink(s):
+        truth.append(full.lengths(s.cache, s.q_len))
+        samples.append(s)
+        pipe.step(s)
+        in_record.append(record.n_steps)
+
+    ids = torch.tensor([list(range(5, 75))])  # 70 tokens: past tiny-mistral's and tiny-gemma3's windows
+    with StepObserver(lm.model, probe, sink, memory), torch.inference_mode():
+        lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW,
+                          min_new_tokens=NEW, do_sample=False, pad_token_id=0)
+    return pipe, turn, record, truth, samples, in_record
+
+
+@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-mistral", "tiny-llama"])
+def test_recorded_rows_equal_a_full_read_of_every_layer(name):
+    pipe, turn, record, truth, samples, _ = _observed_generation(name)
+    assert samples[0].groups is None and all(s.groups is not None for s in samples[1:]), \
+        "the first forward reads every layer, later ones one layer per group"
+    pipe.commit()
+    assert record.n_steps == len(truth) == NEW
+    for col, k in (("seen", 0), ("stored", 1), ("dev", 2), ("nbytes", 3)):
+        want = np.stack([t[k] for t in truth])
+        assert np.array_equal(record.col(col), want), col
+        # One sample's own arrays (what the detectors read) and a block's rows are the same numbers.
+        assert np.array_equal(np.stack([s.arrays[k] for s in samples]), want), col
+    assert list(record.q_len) == [70] + [1] * (NEW - 1)
+    assert set(record.cache_id) == {samples[0].cache_id} and record.use_cache.min() == 1
+    assert (record.rss > 0).all() and (np.diff(record.t) >= 0).all()
+
+
+def test_a_block_mixes_full_reads_and_groupings():
+    _, _, _, truth, samples, _ = _observed_generation("tiny-gemma3")
+    got = stack(samples, len(truth[0][0]))
+    for k in range(4):
+        assert np.array_equal(got[k], np.stack([t[k] for t in truth]))
+
+
+def test_the_record_takes_a_block_at_most_every_pending_max_forwards(monkeypatch):
+    monkeypatch.setattr(pipeline_mod, "PENDING_MAX", 16)
+    pipe, turn, record, truth, _, in_record = _observed_generation("tiny-llama")
+    # Without a flush (the interval is an hour) the record lags by fewer than PENDING_MAX forwards.
+    assert in_record[:15] == [0] * 15 and in_record[15] == 16 and in_record[31] == 32
+    assert all(i + 1 - n < 16 for i, n in enumerate(in_record))
+    ctx = TurnContext(turn_index=0, policy="reuse", cache_impl="dynamic", cached_before=0, prompt=[],
+                      prev_cache_id=None, new_ids=[], snapshot=None)
+    pipe.finish(turn, ctx, new_ids=[], snapshot=None, t_start=0.0, t_first=None, t_end=1.0,
+                detect=lambda ctx, rec: [])
+    assert record.n_steps == turn.end_step == NEW  # a finished turn has all its forwards in the record
+
+
+def test_a_flush_puts_every_kept_forward_in_the_record():
+    pipe, _, record, truth, _, in_record = _observed_generation("tiny-llama", flush_every_s=0.0)
+    assert in_record == list(range(1, NEW + 1))  # flushing at every forward: a block of one
+    assert np.array_equal(record.col("seen"), np.stack([t[0] for t in truth]))
+
+
+def test_no_cache_forwards_are_rows_of_not_applicable():
+    lm = load_cached("tiny-llama")
+    probe = CacheProbe(lm.model.config)
+    groups, row = probe.read(None)
+    assert groups is None and (row[0] == -1).all() and (row[2] == -1).all() and (row[3] == 0).all()
