@@ -33,14 +33,22 @@ def cache_kwarg(model) -> str:
 def cache_from_call(kwargs: dict, output: Any):
     """The cache object a forward call used or returned, without touching deprecated properties."""
     cache = None
-    if output is not None:
-        keys = output.keys() if hasattr(output, "keys") else ()
+    if isinstance(output, dict):
+        # A ModelOutput is an OrderedDict: dict's own lookup, as its get() and [] warn about the old
+        # name (5.x) or copy every field (``[]``), costly right after a forward (the step hook).
+        cache = dict.get(output, "cache")
+        if cache is None:
+            cache = dict.get(output, "past_key_values")
+    elif output is not None and hasattr(output, "keys"):
+        keys = output.keys()
         if "cache" in keys:
             cache = output["cache"]
         elif "past_key_values" in keys:
             cache = output["past_key_values"]
     if cache is None:
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        cache = kwargs.get("cache")
+        if cache is None:
+            cache = kwargs.get("past_key_values")
     return cache
 
 

@@ -107,16 +107,6 @@ def stack(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np
 _NO_MEMORY = (0, 0, 0)
 
 
-def _query_tensor(args, kwargs):
-    ids = kwargs.get("input_ids")
-    if ids is None and args:
-        ids = args[0]
-    if ids is not None and hasattr(ids, "shape"):
-        return ids, ids
-    emb = kwargs.get("inputs_embeds")
-    return None, emb
-
-
 class StepObserver:
     """Attach to ``model``; every forward calls ``sink(StepSample)``. Use as a context manager."""
 
@@ -159,18 +149,23 @@ class StepObserver:
         self.detach()
 
     def _hook(self, module, args, kwargs, output) -> None:
+        # One function on the fast path: it runs with the CPU caches cold, where each call costs (docs/probe.md).
         if not self.enabled:
             return None
         t0 = time.perf_counter()
-        ids, q = _query_tensor(args, kwargs)
+        ids = kwargs.get("input_ids")
+        if ids is None and args:
+            ids = args[0]
+        if ids is not None and hasattr(ids, "shape"):
+            q = ids
+        else:
+            ids, q = None, kwargs.get("inputs_embeds")
         q_len = int(q.shape[1]) if q is not None and q.dim() >= 2 else 0
         use_cache = kwargs.get("use_cache")
         if use_cache is not None:
             use_cache = bool(use_cache)
         cache = cache_from_call(kwargs, output)
-        probe = self.probe
-        cache_id, new = probe.identify(cache)
-        groups, row = probe.read(cache, q_len)
+        cache_id, new, groups, row = self.probe.observe(cache, q_len)
         rss, alloc, reserved = self.memory.sample_tuple() if self.memory is not None else _NO_MEMORY
         if not self.keep_input_ids:
             ids = None

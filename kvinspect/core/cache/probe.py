@@ -190,6 +190,7 @@ class CacheProbe:
         self.group_layers = True  # False: read every layer every forward (the benchmarks' baseline)
         # The cache of the latest forward: one identity test finds its state, not a weak-dict lookup.
         self._last: tuple[weakref.ref, _CacheState] | None = None
+        self._none_row: tuple | None = None
         self._windows = {t: compat.config_window(config, t) for t in {*self.config_types, "full_attention"}}
 
     # -- identity -------------------------------------------------------------------------
@@ -294,6 +295,23 @@ class CacheProbe:
         return "dyn"
 
     # -- per-step fast read -----------------------------------------------------------------
+    def observe(self, cache, q_len: int = 0):
+        """What the step hook needs of one forward's cache: ``(cache_id, first_time_seen, groups, row)``.
+
+        :meth:`identify` and :meth:`read` with one lookup of the cache's state, which for the cache of
+        the previous forward is one identity test.
+        """
+        if cache is None:
+            return 0, False, None, self._no_cache()
+        last = self._last
+        if last is not None and last[0]() is cache:
+            st, new = last[1], False
+        else:
+            new = self.identify(cache)[1]
+            st = self._state(cache)
+        groups, row = self._read(st, cache, q_len)
+        return st.cache_id, new, groups, row
+
     def read(self, cache, q_len: int = 0):
         """One forward's read, no device sync: ``(groups, reps)`` or ``(None, arrays)``.
 
@@ -308,7 +326,9 @@ class CacheProbe:
         """
         if cache is None:
             return None, self._no_cache()
-        st = self._state(cache)
+        return self._read(self._state(cache), cache, q_len)
+
+    def _read(self, st: _CacheState, cache, q_len: int):
         groups = st.groups
         layers = getattr(cache, "layers", None)
         if groups is None or layers is None or len(layers) != len(st.shapes):
@@ -340,9 +360,15 @@ class CacheProbe:
         return row if groups is None else groups.spread(row)
 
     def _no_cache(self):
-        n = self.n_layers
-        return (np.full(n, NA, dtype=np.int32), np.full(n, NA, dtype=np.int32),
-                np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.int64))
+        """The row of a forward without a cache (one per probe: samples and the record only read it)."""
+        row = self._none_row
+        if row is None:
+            n = self.n_layers
+            row = self._none_row = (np.full(n, NA, dtype=np.int32), np.full(n, NA, dtype=np.int32),
+                                    np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.int64))
+            for a in row:
+                a.flags.writeable = False
+        return row
 
     def _read_all(self, st: _CacheState, cache, q_len: int):
         """Every layer; forms the groups once every layer holds tensors."""
