@@ -12,8 +12,10 @@ from PySide6 import QtCore
 
 from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RecordSeries, envelope
 from . import theme as th
-from .lane_items import CACHE, Curve, Heatmap
+from .lane_items import Curve, Heatmap
 from .layer_info import layer_kinds, layer_windows
+from .legend import LaneLegend
+from .overlays import HLinesItem
 from .plot_items import HGrid, LayerAxis, RegionsItem, StepAxis, StickyRange, ValueAxis, layer_ticks, merged_spans
 
 AXIS_W = 72  # every lane's left and right axes have the same width, so their steps line up
@@ -138,14 +140,15 @@ class TokensLane:
         vb.disableAutoRange()
         self.yrange = StickyRange(keep_clear=0.28)  # the legend row sits over the lane's top
         self.grid = HGrid(self.plot, th.DARK.plot_fg, th.DARK.grid_alpha, th.DARK.plot_bg)
-        self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
-                                          verSpacing=-6, horSpacing=14)
+        self.legend = LaneLegend(self.plot, offset=(4, 2), columns=6, text_pt=8, ver_spacing=-6, hor_spacing=14)
         self.seen = self._curve("seen", pg.mkPen(th.DARK.seen, width=1.6, style=QtCore.Qt.PenStyle.DashLine))
         self.seen.setZValue(10)  # dashed, on top: every attention layer has seen this many tokens
         self.stored = self._curve("stored (mean)", pg.mkPen(th.DARK.stored, width=2.2))
         self.stored.setZValue(9)
         self.layer_curves: dict[int, pg.PlotDataItem] = {}
-        self.window_lines: list[pg.InfiniteLine] = []
+        self.window_lines = HLinesItem()  # window/chunk sizes, under the curves
+        self.window_lines.setZValue(-5)
+        self.plot.addItem(self.window_lines, ignoreBounds=True)
         self.theme = th.DARK
 
     def _curve(self, name: str, pen) -> Curve:
@@ -168,10 +171,8 @@ class TokensLane:
         self.legend.removeItem(c)
 
     def set_windows(self, record) -> None:
-        for line in self.window_lines:
-            self.plot.removeItem(line)
-        self.window_lines = []
         self.windows: list[int] = []
+        lines = []
         kinds, windows = layer_kinds(record), layer_windows(record)
         seen: dict[int, set[str]] = {}
         for k, w in zip(kinds, windows):
@@ -179,16 +180,9 @@ class TokensLane:
                 seen.setdefault(int(w), set()).add(th.kind_base(k))
         for w, ks in sorted(seen.items()):
             word = "chunk" if ks == {"chunked"} else "window"
-            color = th.kind_color(sorted(ks)[-1])
-            line = pg.InfiniteLine(pos=w, angle=0, movable=False,
-                                   pen=pg.mkPen(color, width=1.2, style=QtCore.Qt.PenStyle.DashDotLine),
-                                   label=f"{word} {w}", labelOpts={"position": 0.02, "color": color,
-                                                                   "anchors": [(0, 1), (0, 1)]})
-            line.setZValue(-5)
-            line.setCacheMode(CACHE)
-            self.plot.addItem(line, ignoreBounds=True)
-            self.window_lines.append(line)
+            lines.append((w, th.kind_color(sorted(ks)[-1]), f"{word} {w}", 1.2, QtCore.Qt.PenStyle.DashDotLine))
             self.windows.append(w)
+        self.window_lines.set_lines(lines)
 
     def set_picked(self, record, picked: list[int]) -> None:
         kinds = layer_kinds(record)

@@ -74,8 +74,10 @@ class Curve(pg.GraphicsObject):
     """A curve from x/y arrays (``connect``: "finite" breaks at NaN, "pairs" draws segments).
 
     ``fill_level``/``brush`` fill the area down to that level (the memory lane's stack). ``opts``
-    carries what pyqtgraph's legend sample reads.
+    carries what a legend sample reads (legend.py); ``sigStyleChanged`` tells it the pen changed.
     """
+
+    sigStyleChanged = QtCore.Signal()
 
     def __init__(self, pen, name: str | None = None, connect: str = "finite",
                  fill_level: float | None = None, brush=None):
@@ -92,7 +94,7 @@ class Curve(pg.GraphicsObject):
         self._set_strokes()
         self.setCacheMode(CACHE)
 
-    # -- the parts pyqtgraph's legend and view box use -----------------------------------------
+    # -- the parts the legend and pyqtgraph's view box use -----------------------------------------
     def name(self) -> str | None:
         return self.opts["name"]
 
@@ -100,6 +102,7 @@ class Curve(pg.GraphicsObject):
         self.opts["pen"] = pg.mkPen(pen)
         self._set_strokes()
         self.update()
+        self.sigStyleChanged.emit()
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
         return self._x, self._y
@@ -261,7 +264,8 @@ class Heatmap(pg.GraphicsObject):
             self.prepareGeometryChange()
             self._rect = QtCore.QRectF(rect)
         self._idx = idx
-        self._buf = np.ascontiguousarray(self._lut[idx.T])  # rows = layers, as QImage wants them
+        # Rows = layers, as QImage wants them; take() (C-ordered) is twice as fast as self._lut[idx.T].
+        self._buf = self._lut.take(idx.T)
         h, w = self._buf.shape
         self._qimage = QtGui.QImage(self._buf.data, w, h, 4 * w, QtGui.QImage.Format.Format_RGB32)
         self.update()

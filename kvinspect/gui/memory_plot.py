@@ -16,6 +16,7 @@ from ..core.trace.series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries, 
 from . import theme as th
 from .cache_plot import fixed_axes
 from .lane_items import Curve
+from .legend import LaneLegend
 from .plot_items import BytesAxis, HGrid, StepAxis, StickyRange
 
 #: The RSS is sampled by the process that runs the model (the engine, for a live session), never the window.
@@ -48,8 +49,7 @@ class MemoryLane:
         self.vb2.setXLink(self.plot)
         self.vb2.disableAutoRange()
         vb.sigResized.connect(self._sync_views)
-        self.legend = self.plot.addLegend(offset=(4, 2), colCount=6, labelTextSize="8pt",
-                                          verSpacing=-6, horSpacing=14)
+        self.legend = LaneLegend(self.plot, offset=(4, 2), columns=6, text_pt=8, ver_spacing=-6, hor_spacing=14)
         self.stack: dict[str, Curve] = {}
         self._stack_names: list[str] = []
         self._peaks_key = None
@@ -186,7 +186,7 @@ class MemoryLane:
             ys += [nbytes, nbytes]
         self._retained_top = max(ys, default=0.0)
         self.retained.setData(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64))
-        if events and self.retained.name() not in [lab.text for _, lab in self.legend.items]:
+        if events and self.retained.name() not in self.legend.names():
             self.legend.addItem(self.retained, self.retained.name())
 
     def _set_peaks(self, turns) -> list[float]:

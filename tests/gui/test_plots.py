@@ -111,3 +111,87 @@ def test_window_screenshot_is_not_blank(qtbot, window, theme, tmp_path):
     assert img.width() >= 1200 and img.height() >= 700
     colors = {img.pixel(x, y) for x in range(0, img.width(), 37) for y in range(0, img.height(), 29)}
     assert len(colors) > 30  # plots, text and panels, not an empty frame
+
+
+def _specs(specs):
+    """Draw specs as comparable numbers: pens by colour and alpha, points and rects by coordinates."""
+    axis, ticks, texts = specs
+    def pt(q):
+        return (round(q.x(), 9), round(q.y(), 9))
+    return ((axis[0].color().rgba(), pt(axis[1]), pt(axis[2])),
+            [(pen.color().rgba(), pen.widthF(), pt(a), pt(b)) for pen, a, b in ticks],
+            [(tuple(round(v, 9) for v in r.getRect()), int(f), s) for r, f, s in texts])
+
+
+def test_lane_axes_specs_are_pyqtgraphs(qtbot):
+    """LaneAxis.generateDrawSpecs is a leaner copy of pyqtgraph's: the same ticks, labels and places,
+    for every axis of the lanes, zoomed, panned and at rest."""
+    import pyqtgraph as pg
+
+    from kvinspect.gui.plot_items import LaneAxis, _Measure
+    from kvinspect.gui.plots import PlotsWidget
+
+    rec = synthetic_record(20_000, 24)
+    w = PlotsWidget()
+    qtbot.addWidget(w)
+    w.resize(1000, 600)
+    w.show()
+    qtbot.waitExposed(w)
+    w.render(rec, force=True)
+    axes = [p.getAxis(o) for p in w.lanes for o in ("left", "bottom", "right")] + [w.memory.plot.getAxis("right")]
+    axes = [a for a in axes if isinstance(a, LaneAxis) and a.isVisible()]
+    assert {a.orientation for a in axes} >= {"left", "bottom", "right"}
+    compared = 0
+    for a, b in ((0, 20_000), (9_000, 11_000), (10.2, 13.7), (3, 19_000.5), (17_777, 17_790)):
+        w.set_follow(False)
+        w.heat.plot.setXRange(a, b, padding=0)
+        w.render(rec, force=True)
+        for ax in axes:
+            mine = ax.generateDrawSpecs(_Measure({}, ax.style["tickFont"] or w.view.font()))
+            theirs = pg.AxisItem.generateDrawSpecs(ax, _Measure({}, ax.style["tickFont"] or w.view.font()))
+            assert (mine is None) == (theirs is None)
+            if mine is not None:
+                assert _specs(mine) == _specs(theirs), (ax.orientation, a, b)
+                compared += bool(mine[2])
+    assert compared > 10  # labelled axes were compared, not only empty ones
+    # Tick values: LaneAxis drops a finer level's repeats as np.isclose did.
+    rng = np.random.default_rng(1)
+    for ax in axes:
+        for _ in range(40):
+            a = float(rng.uniform(-1e3, 1e9)) * rng.choice([1e-6, 1.0])
+            b = a + float(rng.uniform(1e-3, 1e6)) * rng.choice([1e-3, 1.0, 1e3])
+            size = float(rng.uniform(50, 1500))
+            assert LaneAxis.tickValues(ax, a, b, size) == pg.AxisItem.tickValues(ax, a, b, size)
+
+
+def test_window_lines_are_drawn_with_their_labels(qtbot):
+    """The tokens lane's window sizes: one line item, labelled, in the sliding kind's colour, in view
+    once the data come near the window."""
+    from PySide6 import QtCore, QtGui
+
+    from kvinspect.gui import theme as th
+    from kvinspect.gui.plots import PlotsWidget
+
+    rec = synthetic_record(6000, 12, turns=2)  # window 4096; the stored mean passes half of it
+    w = PlotsWidget()
+    qtbot.addWidget(w)
+    w.resize(900, 500)
+    w.apply_theme(th.DARK)
+    w.show()
+    qtbot.waitExposed(w)
+    w.render(rec, force=True)
+    lines = w.tokens.window_lines
+    assert lines.labels() == ["window 4096"] and w.tokens.windows == [4096]
+    vb = w.tokens.plot.getViewBox()
+    assert vb.viewRange()[1][1] > 4096  # in view
+    img = w.view.grab().toImage()
+    at = w.view.mapFromScene(vb.mapViewToScene(QtCore.QPointF(0, 4096)))
+    left = w.view.mapFromScene(vb.sceneBoundingRect().topLeft()).x()
+    right = w.view.mapFromScene(vb.sceneBoundingRect().topRight()).x()
+    want = QtGui.QColor(th.kind_color("sliding"))
+    row = [img.pixelColor(x, at.y()) for x in range(left + 2, right - 2)]
+    assert sum(c == want for c in row) > 0.15 * len(row)  # dash-dot, partly under the curves
+    # The label sits above the line near its left end, in the same colour.
+    above = [img.pixelColor(x, y) for x in range(left, left + 120) for y in range(at.y() - 16, at.y() - 2)]
+    assert sum(abs(c.red() - want.red()) + abs(c.green() - want.green()) + abs(c.blue() - want.blue()) < 60
+               for c in above) > 20
