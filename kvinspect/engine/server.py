@@ -88,6 +88,7 @@ class Engine:
                 self.out.send({"type": P.ERROR, "id": first.get("id"), "task": P.HELLO, "message": str(exc)})
                 return P.EXIT_HANDSHAKE
             self.local = bool(first.get("local", True))
+            self._preload()
             while True:
                 req = self.requests.get()
                 if req is None:
@@ -105,6 +106,32 @@ class Engine:
                 log.exception("closing the session failed")
             self.out.close()
         return 0
+
+    def _preload(self) -> None:
+        """Import what a load needs before the window asks for one (docs/engine-protocol.md).
+
+        About 2.5 s of a warm load is importing torch and transformers. A window's user is still
+        picking a model then, so the imports happen while they pick and the load is the reading of
+        weights. In the request loop, not a thread: two threads importing one package can meet a
+        module the other has half initialised. Requests that arrive meanwhile wait in the queue;
+        Stop and Cancel still act on arrival.
+        """
+        self.busy = "starting"
+        t = time.perf_counter()
+        try:
+            import torch  # noqa: F401
+            import transformers
+            from transformers import GenerationMixin, PreTrainedModel  # noqa: F401  (modeling and generation)
+
+            from kvinspect.core.model import loading  # noqa: F401
+            from kvinspect.core.session import chat  # noqa: F401
+        except Exception as exc:  # noqa: BLE001 - the load request will say what is missing, in its own words
+            log.info("preloading torch and transformers failed: %s", exc_line(exc))
+        else:
+            log.debug("torch %s and transformers %s imported in %.2f s", torch.__version__,
+                      transformers.__version__, time.perf_counter() - t)
+        finally:
+            self.busy = ""
 
     def _read_loop(self) -> None:
         for raw in self.inp:
