@@ -10,9 +10,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore
 
-from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RecordSeries, envelope
+from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RecordSeries
 from . import theme as th
-from .lane_items import Curve, Heatmap
+from .lane_items import Curve, Heatmap, WindowPrefix, pixel_size
 from .layer_info import layer_kinds, layer_windows
 from .legend import LaneLegend
 from .overlays import HLinesItem
@@ -116,7 +116,9 @@ class HeatmapLane:
 
     def set_regions(self, spans: list[tuple[float, float, int, int]]) -> None:
         """``(x0, x1, layer0, layer1)`` rectangles where layers stopped growing."""
-        self.regions.set_rects([QtCore.QRectF(x0, l0, max(x1 - x0, 0.5), l1 - l0) for x0, x1, l0, l1 in spans])
+        sp = np.asarray(spans, dtype=np.float64).reshape(-1, 4)  # x0, x1, l0, l1
+        self.regions.set_boxes(np.stack([sp[:, 0], sp[:, 2], sp[:, 0] + np.maximum(sp[:, 1] - sp[:, 0], 0.5),
+                                         sp[:, 3]], axis=1))
 
     def apply_theme(self, t: th.Theme) -> None:
         self.regions.set_color(t.region)
@@ -146,6 +148,8 @@ class TokensLane:
         self.stored = self._curve("stored (mean)", pg.mkPen(th.DARK.stored, width=2.2))
         self.stored.setZValue(9)
         self.layer_curves: dict[int, pg.PlotDataItem] = {}
+        self._prefix = WindowPrefix()
+        self._layer_prefix: dict[int, WindowPrefix] = {}
         self.window_lines = HLinesItem()  # window/chunk sizes, under the curves
         self.window_lines.setZValue(-5)
         self.plot.addItem(self.window_lines, ignoreBounds=True)
@@ -212,11 +216,12 @@ class TokensLane:
         new = self.yrange.fit(0, top)  # the range first: the curves are drawn to its pixels
         if new is not None:
             self.plot.setYRange(*new, padding=0)
-        self.seen.setData(*envelope(*win, MEAN_SEEN))
-        self.stored.setData(*envelope(*win, MEAN_STORED))
+        k, px = self._prefix.points(*win), pixel_size(self.seen)  # one view box: its pixel size once
+        self.seen.set_bins(win, MEAN_SEEN, k, px)
+        self.stored.set_bins(win, MEAN_STORED, k, px)
         for i, curve in self.layer_curves.items():
-            x, y = envelope(*layers[i], 1)
-            curve.setData(x, np.where(y < 0, np.nan, y))  # no token axis (state, shared): a gap
+            k = self._layer_prefix.setdefault(i, WindowPrefix()).points(*layers[i])
+            curve.set_bins(layers[i], 1, k, px, gaps=True)  # no token axis (state, shared): a gap
 
     def apply_theme(self, t: th.Theme) -> None:
         self.theme = t
@@ -272,6 +277,9 @@ def region_spans(record, series: RecordSeries, kinds=("window_reached", "chunk_r
             memo[key] = (done, found)
             if found is not None and found < n:
                 end = found
-        for l0, l1 in merged_spans(e.layers):
+        runs = memo.get(("runs", idx, e.step))
+        if runs is None:  # an event's layers never change: merged once, not on every frame
+            runs = memo[("runs", idx, e.step)] = merged_spans(e.layers)
+        for l0, l1 in runs:
             out.append((float(e.step), float(end), l0, l1))
     return out

@@ -8,6 +8,8 @@ Why not pyqtgraph's ``PlotDataItem``/``ImageItem`` (docs/redraw.md has the profi
 * a new step in a 100k-step view moves a curve by a thousandth of a pixel. ``setData`` keeps the
   new arrays but rebuilds the path and asks for a repaint only when some point moved by a quarter
   pixel or more; with the item cached as a pixmap, an unchanged item costs a blit;
+* on a live frame only a window's last bin can move (``WindowPrefix``): ``Curve.set_bins``
+  compares those few points and makes the curve's arrays only when it is redrawn or read;
 * the heatmap maps stored lengths to the 256 colours itself (one numpy take) and uploads a new
   image only when a cell's colour changed.
 
@@ -21,6 +23,8 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
+
+from ..core.trace.series import envelope
 
 QUANTUM = 4  # sub-pixel steps per pixel below which a change is not drawn
 
@@ -70,6 +74,27 @@ class ViewSpan(pg.GraphicsObject):
         self.update()
 
 
+class WindowPrefix:
+    """How many leading points of a window's curve are the previous frame's (``Curve.setData``).
+
+    Rows of a record never change once written, and a pyramid bin changes only while it is the
+    last one: at the same first column and stride, every column but the previous last is the
+    same. A forced redraw resets the curves' keys, so a new record never reuses a prefix.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self):
+        self._last: tuple | None = None
+
+    def points(self, x0: int, stride: int, hi: np.ndarray, lo: np.ndarray | None) -> int:
+        last, self._last = self._last, (x0, stride, len(hi))
+        if last is None or last[:2] != (x0, stride):
+            return 0
+        per = 2 if stride > 1 and lo is not None else 1  # series.envelope: a min/max pair per bin
+        return per * max(min(last[2], len(hi)) - 1, 0)
+
+
 class Curve(pg.GraphicsObject):
     """A curve from x/y arrays (``connect``: "finite" breaks at NaN, "pairs" draws segments).
 
@@ -87,6 +112,7 @@ class Curve(pg.GraphicsObject):
                      "symbol": None}
         self._x = np.zeros(0)
         self._y = np.zeros(0)
+        self._pending: tuple | None = None  # a window whose x/y are made only when asked for (set_bins)
         self._key: tuple | None = None  # what the current path shows, quantised to sub-pixels
         self._path: QtGui.QPainterPath | None = None
         self._fill: QtGui.QPainterPath | None = None
@@ -105,9 +131,11 @@ class Curve(pg.GraphicsObject):
         self.sigStyleChanged.emit()
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
+        self._materialise()
         return self._x, self._y
 
     def dataBounds(self, ax: int, frac: float = 1.0, orthoRange=None):
+        self._materialise()
         v = self._x if ax == 0 else self._y
         v = v[np.isfinite(v)]
         if ax == 1 and self.opts["fillLevel"] is not None:
@@ -118,31 +146,85 @@ class Curve(pg.GraphicsObject):
         return self._bounds
 
     # -- data ---------------------------------------------------------------------------------
-    def setData(self, x, y, connect: str | None = None) -> bool:
-        """Take new arrays; True when the picture changed (and a repaint was asked for)."""
+    def setData(self, x, y, connect: str | None = None, same_prefix: int = 0,
+                px: tuple[float, float] | None = None) -> bool:
+        """Take new arrays; True when the picture changed (and a repaint was asked for).
+
+        ``same_prefix``: the caller knows the first points equal the previous call's (an
+        append-only record seen at the same zoom, so only the last bin moves), so only the rest
+        is quantised and compared; a live frame then costs a few points, not the whole curve.
+        ``px``: the view box's ``pixel_size``, when the caller took it once for several curves.
+        """
+        self._pending = None
         self._x = np.asarray(x, dtype=np.float64)
         self._y = np.asarray(y, dtype=np.float64)
         if connect is not None:
             self.opts["connect"] = connect
-        key = self._quantised()
-        if key is not None and self._key is not None and key[0] == self._key[0] \
-                and np.array_equal(key[1], self._key[1]) and np.array_equal(key[2], self._key[2], equal_nan=True):
+        px = px or pixel_size(self)
+        if px is None or not len(self._x):
+            self._key = None
+            self._rebuild()
+            return True
+        meta = (px, self.opts["connect"])
+        old = self._key
+        k = min(same_prefix, len(self._x), len(old[1])) if old is not None and old[0] == meta else 0
+        qx = np.rint(self._x[k:] * (QUANTUM / px[0]))
+        qy = np.rint(self._y[k:] * (QUANTUM / px[1]))
+        # Bytes, not np.array_equal: the same for NaN gaps, and a tenth of its overhead on a
+        # few points (a -0.0 against 0.0 only redraws once more).
+        if old is not None and old[0] == meta and len(old[1]) == len(self._x) \
+                and qx.tobytes() == old[1][k:].tobytes() and qy.tobytes() == old[2][k:].tobytes():
             return False
-        self._key = key
+        if k:
+            qx, qy = np.concatenate([old[1][:k], qx]), np.concatenate([old[2][:k], qy])
+        self._key = (meta, qx, qy)
         self._rebuild()
         return True
+
+    def set_bins(self, win: tuple, col: int, same_prefix: int, px: tuple[float, float] | None,
+                 gaps: bool = False) -> bool:
+        """``setData(*envelope(*win, col))``, and ``np.nan`` for negative values when ``gaps``.
+
+        On a live frame only the last bin or two moved, usually by less than a quarter pixel:
+        their quantised points are compared in plain Python first, and the curve's arrays are
+        made only when it is redrawn or asked for (numpy's per-call cost is most of a small curve's).
+        """
+        x0, stride, hi, lo = win
+        old = self._key
+        per = 2 if stride > 1 and lo is not None else 1
+        if same_prefix and px is not None and old is not None and old[0] == (px, self.opts["connect"]) \
+                and per * len(hi) == len(old[1]) and same_prefix <= len(old[1]):
+            b0 = same_prefix // per
+            sx, sy = QUANTUM / px[0], QUANTUM / px[1]
+            xs, ys = [], []
+            for j, h in enumerate(hi[b0:, col].tolist()):
+                xs.append(x0 + (b0 + j) * stride + (stride - 1) / 2)
+                ys.append(h)
+            if per == 2:
+                xs = [v for v in xs for _ in (0, 1)]
+                ys = [v for pair in zip(lo[b0:, col].tolist(), ys) for v in pair]
+            k = b0 * per
+            if not any(gaps and v < 0 for v in ys) \
+                    and [round(v * sx) for v in xs] == old[1][k:].tolist() \
+                    and [round(v * sy) for v in ys] == old[2][k:].tolist():
+                self._pending = (win, col, gaps)
+                return False
+        x, y = envelope(*win, col)
+        if gaps:
+            y = np.where(y < 0, np.nan, y)
+        return self.setData(x, y, same_prefix=same_prefix, px=px)
+
+    def _materialise(self) -> None:
+        if self._pending is not None:
+            win, col, gaps = self._pending
+            self._pending = None
+            x, y = envelope(*win, col)
+            self._x = x
+            self._y = np.where(y < 0, np.nan, y) if gaps else y
 
     def invalidate(self) -> None:
         """Forget what was drawn: the next ``setData`` rebuilds and repaints."""
         self._key = None
-
-    def _quantised(self) -> tuple | None:
-        """(pixel size and connect mode, x and y in quarter pixels): equal keys draw the same pixels."""
-        px = pixel_size(self)
-        if px is None or not len(self._x):
-            return None
-        return ((px, self.opts["connect"]), np.rint(self._x * (QUANTUM / px[0])),
-                np.rint(self._y * (QUANTUM / px[1])))
 
     def _rebuild(self) -> None:
         self.prepareGeometryChange()

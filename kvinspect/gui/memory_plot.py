@@ -12,10 +12,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore
 
-from ..core.trace.series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries, envelope
+from ..core.trace.series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries
 from . import theme as th
 from .cache_plot import fixed_axes
-from .lane_items import Curve
+from .lane_items import Curve, WindowPrefix, pixel_size
 from .legend import LaneLegend
 from .plot_items import BytesAxis, HGrid, StepAxis, StickyRange
 
@@ -54,6 +54,7 @@ class MemoryLane:
         self._stack_names: list[str] = []
         self._peaks_key = None
         self._peak_values: list[float] = []
+        self._prefix = WindowPrefix()
         # The process that runs the model: the engine for a live session, never the window.
         self.rss = Curve(pg.mkPen(th.RSS_COLOR, width=1.4), name=RSS_LABEL)
         self.alloc = Curve(pg.mkPen(th.ALLOC_COLOR, width=1.4), name="accel allocated")
@@ -144,8 +145,9 @@ class MemoryLane:
         new = self.kv_range.fit(0, max(kv_top, self._retained_top, 1024))  # ranges first: curves follow their pixels
         if new is not None:
             self.plot.setYRange(*new, padding=0)
+        k, px = self._prefix.points(*win), pixel_size(self.retained)  # the KV axis' view box
         for name, col in s.device_columns():
-            self.stack[name].setData(*envelope(*win, col))
+            self.stack[name].set_bins(win, col, k, px)
         proc = [RSS] + ([ACCEL_ALLOC, ACCEL_RESERVED] if self._accel else [])
         if not self._accel and win[2][:, ACCEL_RESERVED].max(initial=0) > 0:
             self._accel = True  # CUDA/MPS counters: shown only where they exist
@@ -166,10 +168,11 @@ class MemoryLane:
         new = self.proc_range.fit(lo, hi)
         if new is not None:
             self.vb2.setYRange(*new, padding=0)
-        self.rss.setData(*envelope(*win, RSS))
+        px = pixel_size(self.rss)  # the right axis' view box
+        self.rss.set_bins(win, RSS, k, px)
         if self._accel:
-            self.alloc.setData(*envelope(*win, ACCEL_ALLOC))
-            self.reserved.setData(*envelope(*win, ACCEL_RESERVED))
+            self.alloc.set_bins(win, ACCEL_ALLOC, k, px)
+            self.reserved.set_bins(win, ACCEL_RESERVED, k, px)
 
     def _set_retained(self, record, turns) -> None:
         """A dotted segment at each memory_retained event's bytes, across the turn it was found after."""

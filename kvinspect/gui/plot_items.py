@@ -407,7 +407,8 @@ class RegionsItem(pg.GraphicsObject):
 
     def __init__(self, color: str):
         super().__init__()
-        self._rects: list[QtCore.QRectF] = []
+        self._boxes = np.zeros((0, 4))  # rows of (left, top, right, bottom), data units
+        self._rect_list: list[QtCore.QRectF] | None = []
         self._color = pg.mkColor(color)  # "#RRGGBBAA" (QColor would read #AARRGGBB)
         self._bounds = QtCore.QRectF()
         self._key: tuple | None = None
@@ -417,27 +418,38 @@ class RegionsItem(pg.GraphicsObject):
     def invalidate(self) -> None:
         self._key = None
 
-    def _quantised(self, rects: list[QtCore.QRectF]) -> tuple | None:
-        px = pixel_size(self)
-        if px is None:
-            return None
-        pw, ph = px
-        q = float(QUANTUM)
-        return (pw, ph) + tuple(round(v * q / s) for r in rects
-                                for v, s in ((r.left(), pw), (r.top(), ph), (r.right(), pw), (r.bottom(), ph)))
+    @property
+    def _rects(self) -> list[QtCore.QRectF]:
+        """The rectangles, made only when painted or asked for (a live frame usually does neither)."""
+        if self._rect_list is None:
+            self._rect_list = [QtCore.QRectF(x0, y0, x1 - x0, y1 - y0) for x0, y0, x1, y1 in self._boxes.tolist()]
+        return self._rect_list
 
     def set_rects(self, rects: list[QtCore.QRectF]) -> None:
-        key = self._quantised(rects)
+        self.set_boxes(np.array([(r.left(), r.top(), r.right(), r.bottom()) for r in rects], dtype=np.float64))
+
+    def set_boxes(self, boxes: np.ndarray) -> None:
+        """Rows of (left, top, right, bottom); repainted when an edge moved by a quarter pixel.
+
+        The key is one numpy expression over all edges: no QRectF per rectangle and frame.
+        """
+        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        px = pixel_size(self)
+        key = None
+        if px is not None:
+            pw, ph = px
+            q = np.rint(boxes * (float(QUANTUM) / np.array([pw, ph, pw, ph])))
+            key = (pw, ph, len(q), q.tobytes())
+        self._boxes, self._rect_list = boxes, None
         if key is not None and key == self._key:
-            self._rects = rects
             return
         self._key = key
         self.prepareGeometryChange()
-        self._rects = rects
-        b = QtCore.QRectF()
-        for r in rects:
-            b = b.united(r)
-        self._bounds = b
+        if len(boxes):
+            x0, y0 = boxes[:, 0].min(), boxes[:, 1].min()
+            self._bounds = QtCore.QRectF(x0, y0, boxes[:, 2].max() - x0, boxes[:, 3].max() - y0)
+        else:
+            self._bounds = QtCore.QRectF()
         self.update()
 
     def set_color(self, color: str) -> None:

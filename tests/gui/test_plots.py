@@ -195,3 +195,50 @@ def test_window_lines_are_drawn_with_their_labels(qtbot):
     above = [img.pixelColor(x, y) for x in range(left, left + 120) for y in range(at.y() - 16, at.y() - 2)]
     assert sum(abs(c.red() - want.red()) + abs(c.green() - want.green()) + abs(c.blue() - want.blue()) < 60
                for c in above) > 20
+
+
+def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
+    """Live frames compare only the curves' last bins (an append-only record at one zoom): what
+    they leave drawn, arrays and regions included, must equal a redraw from scratch."""
+    from kvinspect.core.trace.series import envelope
+    from kvinspect.gui.plots import PlotsWidget
+
+    steps, layers, grow = 6000, 12, 700
+    full = synthetic_record(steps, layers, turns=4)
+    names = ("turn", "t", "cache_id", "q_len", "use_cache", "rss", "accel_allocated", "accel_reserved",
+             "seen", "stored", "dev", "nbytes")
+    cols = {k: full.col(k).copy() for k in names}
+    rec = type(full)(layers, full.header)
+    rec.set_devices(full.devices)
+    rec.append_columns({k: v[: steps - grow] for k, v in cols.items()})
+    for t in full.turns:
+        rec.add_turn(t)
+    for e in full.events:
+        rec.add_event(e)
+    w = PlotsWidget()
+    qtbot.addWidget(w)
+    w.resize(900, 560)
+    w.show()
+    w.growing = True
+    w.render(rec, force=True)
+    curves = lambda: [w.tokens.seen, w.tokens.stored, *w.tokens.layer_curves.values(),  # noqa: E731
+                      *w.memory.stack.values(), w.memory.rss, w.memory.alloc, w.memory.reserved]
+    redrawn = skipped = 0
+    for at in range(steps - grow, steps):  # one step a frame, across many bins' ends
+        rec.append_columns({k: v[at: at + 1] for k, v in cols.items()})
+        w.render(rec)
+        for c in curves():
+            redrawn += c._pending is None
+            skipped += c._pending is not None
+    assert skipped > redrawn > 0  # most frames compare a bin or two and draw nothing
+    live = [(c._key[1].copy(), c._key[2].copy(), *(a.copy() for a in c.getData())) for c in curves()]
+    live_rects = [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions._rects]
+    (a, b), _ = w.heat.plot.getViewBox().viewRange()
+    x, y = envelope(*w.series.curves.window(a, min(b, steps - 1), max(int(w.heat.plot.getViewBox().width()) // 2, 50)), 0)
+    assert np.array_equal(live[0][2], x) and np.array_equal(live[0][3], y)
+    w.render(rec, force=True)
+    for c, (qx, qy, x, y) in zip(curves(), live):
+        assert np.array_equal(c._key[1], qx) and np.array_equal(c._key[2], qy, equal_nan=True)
+        cx, cy = c.getData()
+        assert np.array_equal(cx, x) and np.array_equal(cy, y, equal_nan=True)
+    assert [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions._rects] == live_rects
