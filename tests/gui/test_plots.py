@@ -33,16 +33,22 @@ def test_pyramid_is_exact_under_incremental_appends():
                 assert (hi[j] == seg.max(0)).all() and (lo[j] == seg.min(0)).all()
 
 
-def test_big_record_is_decimated_to_the_plot_width(qtbot):
+def _shown_plots(qtbot, steps: int, layers: int):
+    """A synthetic record drawn by a shown 1000 × 600 plots widget (the benchmark's size)."""
     from kvinspect.gui.plots import PlotsWidget
 
-    rec = synthetic_record(100_000, 80)
+    rec = synthetic_record(steps, layers)
     w = PlotsWidget()
     qtbot.addWidget(w)
     w.resize(1000, 600)
     w.show()
     qtbot.waitExposed(w)
     w.render(rec, force=True)
+    return rec, w
+
+
+def test_big_record_is_decimated_to_the_plot_width(qtbot):
+    rec, w = _shown_plots(qtbot, 100_000, 80)
     img = w.heat.img.image
     px = int(w.heat.plot.getViewBox().width())
     assert img.shape[1] == 80 and img.shape[0] <= px + 2  # never 100k columns per frame
@@ -129,15 +135,8 @@ def test_lane_axes_specs_are_pyqtgraphs(qtbot):
     import pyqtgraph as pg
 
     from kvinspect.gui.plot_items import LaneAxis, _Measure
-    from kvinspect.gui.plots import PlotsWidget
 
-    rec = synthetic_record(20_000, 24)
-    w = PlotsWidget()
-    qtbot.addWidget(w)
-    w.resize(1000, 600)
-    w.show()
-    qtbot.waitExposed(w)
-    w.render(rec, force=True)
+    rec, w = _shown_plots(qtbot, 20_000, 24)
     axes = [p.getAxis(o) for p in w.lanes for o in ("left", "bottom", "right")] + [w.memory.plot.getAxis("right")]
     axes = [a for a in axes if isinstance(a, LaneAxis) and a.isVisible()]
     assert {a.orientation for a in axes} >= {"left", "bottom", "right"}
