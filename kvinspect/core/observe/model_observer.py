@@ -40,6 +40,7 @@ from kvinspect.core.observe.turns import (
     generate_result_ids,
     generate_settings,
     manual_boundary,
+    on_stack,
     outermost_frame,
     user_location,
 )
@@ -158,6 +159,13 @@ class ModelObserver:
         self.time_in_pre_hook += time.perf_counter() - t0
 
     def _before_forward(self, args, kwargs, t0: float) -> None:
+        cur = self.turn
+        if cur is not None and cur.gen_frame is not None and self._pending_label is None \
+                and on_stack(cur.gen_frame, depth=3):
+            # Another forward of the open generate() turn. Its frame was the outermost generate() on
+            # this stack when the turn opened, so it still is: no walk to the top of the stack,
+            # which after a forward costs tens of microseconds.
+            return
         frame = outermost_frame(self._gen_codes, depth=3)
         with self.lock:
             cur = self.turn
