@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 import sys
 from datetime import UTC, datetime
@@ -20,6 +21,13 @@ GEN_CONFIG_FIELDS = ("cache_implementation", "cache_config", "use_cache", "eos_t
 
 
 def versions() -> dict[str, str]:
+    """The versions of what runs. Read once per process: ~25 ms of package metadata, at every
+    ``kvinspect.observe()`` and session start, and the imported code cannot change under a process."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
