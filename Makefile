@@ -8,6 +8,12 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.kvinspect-installed
 PYTEST_ARGS ?=
+# The suite on pytest-xdist workers, one torch thread each (two jobs' torch threads on two cores wait on
+# each other at every op). Measured on this 2-core machine: `make test`'s pytest 519 s serial, 322 s on two
+# workers. TEST_JOBS=0 runs it in one process.
+TEST_JOBS ?= auto
+XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --maxprocesses=4 --dist worksteal)
+XDIST_ENV = $(if $(filter 0,$(TEST_JOBS)),,OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1})
 COMPAT_VENV ?= .venv-tf456
 COMPAT_TRANSFORMERS ?= transformers==4.56.2
 
@@ -37,7 +43,8 @@ lint: setup
 	$(VENV)/bin/mypy kvinspect/core
 
 test: fetch lint
-	QT_QPA_PLATFORM=offscreen KVINSPECT_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -p no:xvfb $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen KVINSPECT_REQUIRE_SMOLLM2=1 $(XDIST_ENV) \
+		$(PY) -m pytest -q -p no:xvfb $(XDIST) $(PYTEST_ARGS)
 
 # The GUI tests that draw, take input or time the UI, again on a real X server (pytest-xvfb starts
 # Xvfb); asserts the xcb plugin loaded. Left out: tests of processes and files (engine death, ssh,
@@ -46,18 +53,19 @@ XVFB_TESTS ?= tests/gui/test_window_smoke.py tests/gui/test_window.py tests/gui/
 	tests/gui/test_stall.py tests/gui/test_scripted.py tests/gui/test_viewer.py tests/gui/test_export.py \
 	tests/gui/test_tokens_panel.py tests/gui/test_desktop_conventions.py tests/gui/test_qt_guard.py
 test-xvfb: setup
-	env -u QT_QPA_PLATFORM KVINSPECT_EXPECT_PLATFORM=xcb $(PY) -m pytest -q $(XVFB_TESTS) $(PYTEST_ARGS)
+	env -u QT_QPA_PLATFORM KVINSPECT_EXPECT_PLATFORM=xcb $(XDIST_ENV) $(PY) -m pytest -q $(XDIST) $(XVFB_TESTS) $(PYTEST_ARGS)
 
 # The core tests against the oldest supported transformers, in its own venv (its hub pin differs).
 $(COMPAT_VENV)/.installed: pyproject.toml
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -c "import torch" 2>/dev/null || $(COMPAT_VENV)/bin/python -m pip install -q $(TORCH)
-	$(COMPAT_VENV)/bin/python -m pip install -q '$(COMPAT_TRANSFORMERS)' numpy psutil platformdirs gguf accelerate pytest pytest-timeout
+	$(COMPAT_VENV)/bin/python -m pip install -q '$(COMPAT_TRANSFORMERS)' numpy psutil platformdirs gguf accelerate pytest pytest-timeout pytest-xdist
 	$(COMPAT_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 
 test-compat: $(COMPAT_VENV)/.installed fetch
-	KVINSPECT_REQUIRE_SMOLLM2=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:qt -p no:xvfb -m "not e2e" tests/core $(PYTEST_ARGS)
+	KVINSPECT_REQUIRE_SMOLLM2=1 $(XDIST_ENV) \
+		$(COMPAT_VENV)/bin/python -m pytest -q -p no:qt -p no:xvfb -m "not e2e" $(XDIST) tests/core $(PYTEST_ARGS)
 
 screenshot: fetch
 	QT_QPA_PLATFORM=offscreen $(VENV)/bin/kvinspect gui --model tiny-gemma3 --script resources/scripts/demo.json \

@@ -20,8 +20,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
-    # After pytest-xvfb has set DISPLAY (or not): offscreen only when there is no display.
-    if not os.environ.get("DISPLAY"):
+    # After pytest-xvfb has set DISPLAY (or not): offscreen only when there is no display. Not in
+    # pytest-xdist's controller: its workers inherit its environment and start their own Xvfb.
+    controller = config.getoption("dist", "no") != "no" and not os.environ.get("PYTEST_XDIST_WORKER")
+    if not controller and not os.environ.get("DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
