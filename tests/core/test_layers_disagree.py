@@ -85,6 +85,19 @@ def test_a_sliding_layer_whose_counter_ran_off_is_caught_and_full_layers_stay_qu
     assert seen[bad] == PROMPT_LEN
 
 
+def test_a_cache_grouped_like_an_earlier_one_is_checked_as_well():
+    loaded, _, probe = _filled_cache("tiny-llama")
+    cache = compat.new_dynamic_cache(loaded.model.config)
+    ids = torch.randint(10, 90, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        loaded.model(input_ids=ids, use_cache=True, **{compat.cache_kwarg(loaded.model): cache})
+    groups, _ = probe.read(cache, PROMPT_LEN)
+    assert groups is not None, "grouped from its first read, by the earlier cache's shapes"
+    cache.layers[3].keys, cache.layers[3].values = cache.layers[3].keys[:, :, :-4], cache.layers[3].values[:, :, :-4]
+    seen, events, _ = _events(loaded, cache, probe)
+    assert [e.layers for e in events] == [[3]] and seen[3] == PROMPT_LEN
+
+
 def test_the_first_layer_of_a_group_can_be_the_odd_one():
     loaded, cache, probe = _filled_cache("tiny-llama")
     layer = cache.layers[0]

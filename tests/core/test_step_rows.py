@@ -25,10 +25,10 @@ from ..conftest import load_cached
 NEW = 40
 
 
-def _observed_generation(name: str, flush_every_s: float = 3600.0):
+def _observed_generation(name: str, flush_every_s: float = 3600.0, probe: CacheProbe | None = None):
     """Generate ``NEW`` tokens with the real observer feeding a pipeline; also a full read at each forward."""
     lm = load_cached(name)
-    probe = CacheProbe(lm.model.config)
+    probe = probe or CacheProbe(lm.model.config)
     full = CacheProbe(lm.model.config)
     full.group_layers = False
     record = TraceRecord(probe.n_layers)
@@ -40,6 +40,7 @@ def _observed_generation(name: str, flush_every_s: float = 3600.0):
 
     def sink(s):
         truth.append(full.lengths(s.cache, s.q_len))
+        pipe.last_cache = s.cache  # the generation's cache, for the test (the pipeline drops it)
         samples.append(s)
         pipe.step(s)
         in_record.append(record.n_steps)
@@ -66,6 +67,22 @@ def test_recorded_rows_equal_a_full_read_of_every_layer(name):
     assert list(record.q_len) == [70] + [1] * (NEW - 1)
     assert set(record.cache_id) == {samples[0].cache_id} and record.use_cache.min() == 1
     assert (record.rss > 0).all() and (np.diff(record.t) >= 0).all()
+
+
+@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-llama"])
+def test_a_second_cache_built_the_same_way_is_read_by_group_from_its_first_forward(name):
+    first = _observed_generation(name)
+    probe, first_samples = first[0].probe, first[4]
+    pipe, _, record, truth, samples, _ = _observed_generation(name, probe=probe)
+    assert samples[0].cache_id != first_samples[0].cache_id and samples[0].new_cache
+    assert all(s.groups is first_samples[1].groups for s in samples), "no full read of the second cache"
+    pipe.commit()
+    for col, k in (("seen", 0), ("stored", 1), ("dev", 2), ("nbytes", 3)):
+        assert np.array_equal(record.col(col), np.stack([t[k] for t in truth])), col
+    # Its shapes are what a probe that never saw a cache finds in it, at the end-of-turn snapshot too.
+    fresh = CacheProbe(load_cached(name).model.config)
+    assert probe.shapes(pipe.last_cache) == fresh.shapes(pipe.last_cache)
+    assert probe.snapshot(pipe.last_cache).to_dict()["layers"] == fresh.snapshot(pipe.last_cache).to_dict()["layers"]
 
 
 def test_a_block_mixes_full_reads_and_groupings():

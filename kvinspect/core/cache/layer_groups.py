@@ -18,7 +18,7 @@ NA = -1
 class LayerGroups:
     """Which layers the per-step read takes, and which layer each series entry copies."""
 
-    __slots__ = ("members", "reps", "of_layer", "rep_readers")
+    __slots__ = ("members", "reps", "of_layer", "rep_readers", "_every_layer_read")
 
     def __init__(self, members: list[list[int]], n: int, readers: list | None = None):
         self.members = members
@@ -30,6 +30,7 @@ class LayerGroups:
         for g, m in enumerate(members):
             of[m] = g
         self.of_layer = of
+        self._every_layer_read = bool((of < len(members)).all())
 
     @classmethod
     def build(cls, shapes, readers, row_bytes: dict[int, int], seen, stored, dev, nbytes) -> LayerGroups | None:
@@ -60,6 +61,8 @@ class LayerGroups:
     def expand(self, reps: np.ndarray) -> np.ndarray:
         """Many forwards at once: ``reps`` of shape ``(k, 4, groups)`` to ``(k, 4, layers)`` (seen, stored, dev, bytes)."""
         k, _, g = reps.shape  # reps.reshape(k, 4, groups) of k reads' ``reps`` one after the other
+        if self._every_layer_read:
+            return reps[:, :, self.of_layer]
         ext = np.empty((k, 4, g + 1), dtype=np.int64)
         ext[:, :, :g] = reps
         ext[:, :, g] = (NA, NA, -1, 0)  # layers without a read: shared, beyond the cache

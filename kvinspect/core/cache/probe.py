@@ -192,6 +192,9 @@ class CacheProbe:
         self._last: tuple[weakref.ref, _CacheState] | None = None
         self._none_row: tuple | None = None
         self._windows = {t: compat.config_window(config, t) for t in {*self.config_types, "full_attention"}}
+        # Shapes, readers and groups of the caches seen so far, by their layers' structure: the next cache
+        # built the same way (each generate() call makes one) is read by group from its first forward.
+        self._templates: dict[tuple, tuple] = {}
 
     # -- identity -------------------------------------------------------------------------
     def identify(self, cache) -> tuple[int, bool]:
@@ -331,6 +334,8 @@ class CacheProbe:
     def _read(self, st: _CacheState, cache, q_len: int):
         groups = st.groups
         layers = getattr(cache, "layers", None)
+        if groups is None and not st.shapes and layers is not None:
+            groups = self._from_template(st, cache, layers)
         if groups is None or layers is None or len(layers) != len(st.shapes):
             return None, self._read_all(st, cache, q_len)
         row_bytes, hybrid, codes = st.row_bytes, st.hybrid, self._dev_codes
@@ -353,6 +358,35 @@ class CacheProbe:
             dev.append(c)
             nbytes.append(d)
         return groups, seen + stored + dev + nbytes
+
+    def _structure(self, cache, layers) -> tuple | None:
+        """What a cache's layer shapes depend on, or None for a cache that is never grouped."""
+        if not self.group_layers or getattr(cache, "offloading", False):
+            return None
+        return (type(cache), tuple([(type(lay), getattr(lay, "is_sliding", None), getattr(lay, "sliding_window", None),
+                                     getattr(lay, "max_cache_len", None)) for lay in layers]))
+
+    def _from_template(self, st: _CacheState, cache, layers) -> LayerGroups | None:
+        """A new cache shaped like one already grouped: its shapes and groups, without a full read.
+
+        The end-of-turn snapshot still reads every layer, and ``layers_disagree`` fires if a
+        layer of this cache does not follow its group."""
+        if not self._templates:
+            return None
+        tpl = self._templates.get(self._structure(cache, layers))  # type: ignore[arg-type]
+        if tpl is None:
+            return None
+        shapes, readers, hybrid, groups = tpl
+        row_bytes: dict[int, int] = {}
+        for i, reader in groups.rep_readers:
+            if reader in ("dyn", "dynslide", "static"):
+                keys = getattr(layers[i], "keys", None)
+                if keys is None or keys.dim() != 4:
+                    return None  # not initialised yet (lazy layers): the full read decides
+                row_bytes[i] = layer_kinds.row_bytes(layers[i], keys)
+        st.shapes, st.readers, st.hybrid, st.groups = shapes, readers, hybrid, groups
+        st.row_bytes.update(row_bytes)
+        return groups
 
     def lengths(self, cache, q_len: int = 0):
         """``(seen, stored, device_code, bytes)`` arrays, one entry per layer; no device sync."""
@@ -387,6 +421,9 @@ class CacheProbe:
         # Offloaded layers move between devices every forward: those caches keep the full read.
         if self.group_layers and not getattr(cache, "offloading", False):
             st.groups = LayerGroups.build(shapes, readers, st.row_bytes, *out)
+            key = self._structure(cache, layers) if st.groups is not None else None
+            if key is not None and len(self._templates) < 16:
+                self._templates[key] = (shapes, readers, st.hybrid, st.groups)
         return out
 
     def _read_layer(self, st: _CacheState, i: int, layer, reader: str, q_len: int) -> tuple[int, int, int, int]:
