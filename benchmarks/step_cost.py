@@ -213,8 +213,6 @@ def observe_slowdown(device: str, rounds: int, new: int, layers: int, hidden: in
     model, tok = tiny_llama(layers, device, hidden)
     ids = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True,
                                   return_tensors="pt", return_dict=True)["input_ids"].to(device)
-    hooks: list[float] = []
-
     def plain() -> float:
         return _generate(model, ids, new, device)
 
@@ -228,16 +226,43 @@ def observe_slowdown(device: str, rounds: int, new: int, layers: int, hidden: in
         hooks[grouped].append((o.steps.time_in_hook + o.time_in_pre_hook) / max(o.steps.calls, 1))
         return s
 
-    plain(), observed(True), observed(False)  # warm-up
+    cache_name = cache_kwarg(model)
+
+    def floor() -> float:
+        """The cheapest observer of the same shape: a pre-hook and a hook, one layer's length kept."""
+        kept: list = []
+
+        def pre(module, args, kwargs):
+            kept.append(time.perf_counter())
+
+        def post(module, args, kwargs, output):
+            cache = kwargs.get(cache_name)
+            layers = getattr(cache, "layers", None)
+            keys = layers[0].keys if layers else None
+            kept.append((id(cache), keys.shape[2] if keys is not None else 0))
+
+        handles = [model.register_forward_pre_hook(pre, with_kwargs=True),
+                   model.register_forward_hook(post, with_kwargs=True)]
+        try:
+            return _generate(model, ids, new, device)
+        finally:
+            for h in handles:
+                h.remove()
+
+    plain(), observed(True), observed(False), floor()  # warm-up
     hooks[True].clear(), hooks[False].clear()
-    runs: dict[str, list[float]] = {"plain": [], "before": [], "now": []}
+    runs: dict[str, list[float]] = {"plain": [], "floor": [], "before": [], "now": []}
     for r in range(rounds):
-        arms = [("plain", plain), ("before", lambda: observed(False)), ("now", lambda: observed(True))]
-        for name, fn in arms[r % 3:] + arms[:r % 3]:
+        arms = [("plain", plain), ("floor", floor), ("before", lambda: observed(False)),
+                ("now", lambda: observed(True))]
+        for name, fn in arms[r % 4:] + arms[:r % 4]:
             runs[name].append(fn())
     step_ms = 1e3 * statistics.median(runs["plain"]) / new
     print(f"\nobserve() path on a narrow random Llama ({layers} layers, width {hidden}), device {device}: "
           f"{new} new tokens, {rounds} interleaved rounds; plain generate {step_ms:.2f} ms per forward")
+    ratio = statistics.median(o / b for b, o in zip(runs["plain"], runs["floor"]))
+    print(f"   floor: a pre-hook and a hook that keep one layer's length: paired ratio {ratio:.4f} = slowdown "
+          f"{100 * (ratio - 1):+.2f} % (what any Python observer costs this model here)")
     for name, grouped in (("before", False), ("now", True)):
         ratio = statistics.median(o / b for b, o in zip(runs["plain"], runs[name]))
         h = statistics.median(hooks[grouped])
