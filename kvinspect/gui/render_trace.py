@@ -60,7 +60,18 @@ def render(input_path: str | os.PathLike, out_dir: str | os.PathLike,
     record = read_trace(input_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # pyqtgraph reads these global options when items are made: set for the figures, restored after,
+    # so a window in the same process keeps its own (a test's window lines drew antialiased after one).
+    keys = ("background", "foreground", "antialias", "imageAxisOrder")
+    saved = {k: pg.getConfigOption(k) for k in keys}
     pg.setConfigOptions(background=R.plot_bg, foreground=R.text, antialias=True, imageAxisOrder="row-major")
+    try:
+        return _render(record, out, formats)
+    finally:
+        pg.setConfigOptions(**saved)
+
+
+def _render(record, out: Path, formats) -> tuple[list[Path], list[str]]:
     files: list[Path] = []
     notes: list[str] = []
     for name, build in (("cache", cache_figure), ("memory", memory_figure)):

@@ -101,6 +101,15 @@ def test_damaged_and_empty_traces_still_render(qapp, trace, tmp_path):
     assert len(files) == 2 and QtGui.QImage(str(files[0])).width() == EXPORT_WIDTH
 
 
+def test_rendering_in_process_leaves_pyqtgraphs_options_as_they_were(qapp, trace, tmp_path):
+    """A window in the same process draws with its own options afterwards (antialiased window lines
+    once failed a pixel test that ran after a render on the same pytest worker)."""
+    keys = ("background", "foreground", "antialias", "imageAxisOrder")
+    before = {k: pg.getConfigOption(k) for k in keys}
+    render(trace, tmp_path, ("png",))
+    assert {k: pg.getConfigOption(k) for k in keys} == before
+
+
 def test_child_process_route_used_by_the_cli(trace, tmp_path):
     res = render_in_child("trace", trace, tmp_path)
     assert res.notes == [] and sorted(p.name for p in res.files) == ["cache.png", "cache.svg", "memory.png",
