@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-MIN_COLUMNS = 32  # the coarsest level kept has about this many columns
+MIN_COLUMNS = 32  # the coarsest level a window uses has about this many columns
 
 
 class _Buf:
@@ -28,13 +28,17 @@ class _Buf:
         self.a = np.zeros((cap, width), dtype=dtype)
         self.n = 0
 
-    def put(self, at: int, rows: np.ndarray) -> None:
-        """Write ``rows`` from row ``at`` on; the buffer then ends after them."""
-        end = at + len(rows)
+    def reserve(self, end: int) -> None:
+        """Room for ``end`` rows."""
         if end > len(self.a):
             new = np.zeros((max(end, 2 * len(self.a)), self.a.shape[1]), dtype=self.a.dtype)
             new[: self.n] = self.a[: self.n]
             self.a = new
+
+    def put(self, at: int, rows: np.ndarray) -> None:
+        """Write ``rows`` from row ``at`` on; the buffer then ends after them."""
+        end = at + len(rows)
+        self.reserve(end)
         self.a[at:end] = rows
         self.n = end
 
@@ -43,52 +47,94 @@ class _Buf:
         return self.a[: self.n]
 
 
-def _pairs(rows: np.ndarray, op) -> np.ndarray:
-    """Row pairs reduced with the ufunc ``op`` (a lone last row pairs with itself).
-
-    A live frame appends one row, so every level reduces one or two pairs: the ufunc on two
-    strided halves costs a third of ``np.max(reshape, axis=1)``, which the level count multiplies.
-    """
-    odd = len(rows) % 2
-    out = op(rows[0: len(rows) - odd: 2], rows[1::2])
-    if odd:
-        out = np.concatenate([out, rows[-1:]])
-    return out
-
-
 class Pyramid:
-    """Max (and optionally min) reductions of an append-only ``(n, w)`` array."""
+    """Max (and optionally min) reductions of an append-only ``(n, w)`` array.
+
+    All levels live in one array per reduction, level ``k`` (stride ``2 ** (k + 1)``) at rows
+    ``off[k]:off[k] + cap >> (k + 1)``; bins not reached yet hold the reduction's identity
+    (the dtype's lowest value for max, highest for min), so a bin is the max of the rows it
+    has so far and a new row updates every level with one gather and one scatter. A live
+    frame appends a row or two: a loop over levels (two dozen numpy calls per pyramid, six
+    pyramids a frame) cost more than the rest of ``RecordSeries.update``.
+    """
 
     def __init__(self, width: int, dtype, with_min: bool = False):
         self.width = int(width)
-        self.dtype = dtype
+        self.dtype = np.dtype(dtype)
         self.with_min = with_min
-        self.raw: np.ndarray = np.zeros((0, self.width), dtype=dtype)
+        self.raw: np.ndarray = np.zeros((0, self.width), dtype=self.dtype)
         self.n = 0
-        self._max: list[_Buf] = []  # _max[k] has stride 2 ** (k + 1)
-        self._min: list[_Buf] = []
+        if self.dtype.kind == "f":
+            self._lowest, self._highest = -np.inf, np.inf
+        else:
+            info = np.iinfo(self.dtype)
+            self._lowest, self._highest = info.min, info.max
+        self._alloc(0)
+
+    def _alloc(self, cap: int) -> None:
+        """Storage for ``cap`` (a power of two, or 0) raw rows; levels down to one bin."""
+        self.cap = cap
+        self.n_levels = max(cap.bit_length() - 1, 0)
+        self._off = np.array([cap - (cap >> k) for k in range(self.n_levels)], dtype=np.intp)
+        self._shift = np.arange(1, self.n_levels + 1, dtype=np.intp)
+        self._hi = np.full((max(cap - 1, 0), self.width), self._lowest, dtype=self.dtype)
+        self._lo = (np.full((max(cap - 1, 0), self.width), self._highest, dtype=self.dtype)
+                    if self.with_min else None)
+
+    def _grow(self, n: int) -> None:
+        old_off, old_levels, hi, lo, old_n = self._off, self.n_levels, self._hi, self._lo, self.n
+        self._alloc(max(1 << (n - 1).bit_length(), 2 * self.cap, 2))
+        for k in range(old_levels):
+            bins = ((old_n - 1) >> (k + 1)) + 1 if old_n else 0
+            o, p = int(self._off[k]), int(old_off[k])
+            self._hi[o: o + bins] = hi[p: p + bins]
+            if lo is not None and self._lo is not None:
+                self._lo[o: o + bins] = lo[p: p + bins]
 
     def update(self, raw: np.ndarray) -> None:
         """Take ``raw`` (all rows so far; rows before ``self.n`` unchanged) and refresh the levels."""
         n = len(raw)
         self.raw = raw
-        if n <= self.n:
+        a = self.n
+        if n <= a:
             return
-        lo, src_max, src_min, src_n, k = self.n, raw, raw, n, 0
-        while src_n > MIN_COLUMNS:
-            b0 = lo // 2  # first bin that changed (the old last bin may have been partial)
-            if k == len(self._max):  # a new, coarser level: build it whole
-                b0 = 0
-                self._max.append(_Buf(self.width, self.dtype))
-                if self.with_min:
-                    self._min.append(_Buf(self.width, self.dtype))
-            self._max[k].put(b0, _pairs(src_max[2 * b0: src_n], np.maximum))
-            src_max = self._max[k].view
-            if self.with_min:
-                self._min[k].put(b0, _pairs(src_min[2 * b0: src_n], np.minimum))
-                src_min = self._min[k].view
-            lo, src_n, k = b0, len(src_max), k + 1
+        first_new = self.n_levels  # levels a growth adds are built whole
+        if n > self.cap:
+            self._grow(n)
+        if n - a <= 8 and first_new == self.n_levels:
+            for i in range(a, n):  # a live frame: every level's bin of row i at once
+                idx = self._off + (i >> self._shift)
+                row = raw[i]
+                self._hi[idx] = np.maximum(self._hi[idx], row)
+                if self._lo is not None:
+                    self._lo[idx] = np.minimum(self._lo[idx], row)
+        else:
+            self._build(raw, a, n, first_new)
         self.n = n
+
+    def _build(self, raw: np.ndarray, a: int, n: int, first_new: int) -> None:
+        """Bins of rows ``a:n`` level by level (levels from ``first_new`` on whole)."""
+        for k in range(self.n_levels):
+            b0 = 0 if k >= first_new else a >> (k + 1)
+            b1 = ((n - 1) >> (k + 1)) + 1
+            o = int(self._off[k])
+            for dst, op in ((self._hi, np.maximum), (self._lo, np.minimum)):
+                if dst is None:
+                    continue
+                if k == 0:
+                    src = raw[2 * b0: n]
+                    odd = len(src) % 2
+                    dst[o + b0: o + b1 - odd] = op(src[0: len(src) - odd: 2], src[1::2])
+                    if odd:
+                        dst[o + b1 - 1] = src[-1]
+                else:
+                    p = int(self._off[k - 1])
+                    src = dst[p + 2 * b0: p + 2 * b1]
+                    dst[o + b0: o + b1] = op(src[0::2], src[1::2])
+
+    def levels(self) -> int:
+        """Levels a window may use: the coarsest has about ``MIN_COLUMNS`` columns."""
+        return ((self.n - 1) // MIN_COLUMNS).bit_length() if self.n > 0 else 0
 
     def window(self, a: float, b: float, max_cols: int):
         """Columns covering steps ``[a, b]``, at most about ``2 * max_cols`` of them.
@@ -100,15 +146,16 @@ class Pyramid:
         n = self.n
         i0 = max(0, min(n, int(np.floor(a))))
         i1 = max(i0, min(n, int(np.ceil(b)) + 1))
-        level, stride = 0, 1
-        while (i1 - i0) / stride > max_cols and level < len(self._max):
+        level, stride, top = 0, 1, self.levels()
+        while (i1 - i0) / stride > max_cols and level < top:
             level, stride = level + 1, stride * 2
         if level == 0:
             rows = self.raw[i0:i1]
             return i0, 1, rows, (rows if self.with_min else None)
         j0, j1 = i0 // stride, -(-i1 // stride)
-        hi = self._max[level - 1].view[j0:j1]
-        lo = self._min[level - 1].view[j0:j1] if self.with_min else None
+        o = int(self._off[level - 1])
+        hi = self._hi[o + j0: o + j1]
+        lo = self._lo[o + j0: o + j1] if self._lo is not None else None
         return j0 * stride, stride, hi, lo
 
 
@@ -203,7 +250,10 @@ class RecordSeries:
     def _extend_layer(self, i: int, buf: _Buf, pyr: Pyramid, v: dict, n: int) -> None:
         a = buf.n
         if n > a and i < self.n_layers:
-            buf.put(a, np.stack([v["seen"][a:n, i], v["stored"][a:n, i]], axis=1))
+            buf.reserve(n)  # the two columns written in place: np.stack cost more than the pyramid
+            buf.a[a:n, 0] = v["seen"][a:n, i]
+            buf.a[a:n, 1] = v["stored"][a:n, i]
+            buf.n = n
             pyr.update(buf.view)
 
     def layer(self, i: int) -> Pyramid:
