@@ -86,10 +86,8 @@ def stack(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np
     four arrays are views of it (int64: the record's columns take them as they are appended)."""
     k = len(samples)
     g = samples[0].groups if k else None
-    if g is not None and len(g.of_layer) == n and all(s.groups is g and s._arrays is None for s in samples):
-        width = len(g.reps)
-        full = g.expand(np.fromiter(chain.from_iterable(s.reps for s in samples), np.int64,
-                                    k * 4 * width).reshape(k, 4, width))
+    if g is not None and all(s.groups is g and s._arrays is None for s in samples):
+        full = _expand_run(samples, g)
         return full[:, 0], full[:, 1], full[:, 2], full[:, 3]
     seen = np.empty((k, n), dtype=np.int32)
     stored = np.empty((k, n), dtype=np.int32)
@@ -105,12 +103,17 @@ def stack(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np
         e = j + 1
         while e < k and samples[e].groups is g and samples[e]._arrays is None:
             e += 1
-        width = len(g.reps)
-        flat = np.fromiter(chain.from_iterable(samples[x].reps for x in range(j, e)), np.int64, (e - j) * 4 * width)
-        full = g.expand(flat.reshape(e - j, 4, width))
+        full = _expand_run(samples[j:e], g)
         seen[j:e], stored[j:e], dev[j:e], nbytes[j:e] = full[:, 0], full[:, 1], full[:, 2], full[:, 3]
         j = e
     return seen, stored, dev, nbytes
+
+
+def _expand_run(run: list[StepSample], g: LayerGroups) -> np.ndarray:
+    """``(len(run), 4, layers)``: seen, stored, device codes and bytes of samples read by the grouping ``g``."""
+    width = len(g.reps)
+    flat = np.fromiter(chain.from_iterable(s.reps for s in run), np.int64, len(run) * 4 * width)
+    return g.expand(flat.reshape(len(run), 4, width))
 
 
 _NO_MEMORY = (0, 0, 0)
