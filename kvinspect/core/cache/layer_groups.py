@@ -51,22 +51,24 @@ class LayerGroups:
         return cls(list(keyed.values()), len(seen), readers)
 
     def spread(self, reps: list):
-        """The per-layer arrays from a read's ``reps``: seen, stored, device code and bytes of each group, in turn."""
-        of, g = self.of_layer, len(self.reps)
-        return (np.array([*reps[:g], NA], dtype=np.int32)[of],
-                np.array([*reps[g:2 * g], NA], dtype=np.int32)[of],
-                np.array([*reps[2 * g:3 * g], -1], dtype=np.int8)[of],
-                np.array([*reps[3 * g:], 0], dtype=np.int64)[of])
+        """The per-layer arrays from a read's ``reps``: each group's seen, stored, device code and bytes, group after group."""
+        a = np.array([*reps, NA, NA, -1, 0], dtype=np.int64).reshape(-1, 4)[self.of_layer]
+        return a[:, 0].astype(np.int32), a[:, 1].astype(np.int32), a[:, 2].astype(np.int8), a[:, 3].copy()
 
     def expand(self, reps: np.ndarray) -> np.ndarray:
-        """Many forwards at once: ``reps`` of shape ``(k, 4, groups)`` to ``(k, 4, layers)`` (seen, stored, dev, bytes)."""
-        k, _, g = reps.shape  # reps.reshape(k, 4, groups) of k reads' ``reps`` one after the other
+        """Many forwards at once: ``reps`` of shape ``(k, groups, 4)`` to ``(k, layers, 4)`` (seen, stored, dev, bytes),
+        or ``reps`` itself when one group holds every layer: assigned to a ``(k, layers)`` column, numpy broadcasts it."""
+        k, g, _ = reps.shape  # reps.reshape(k, groups, 4) of k reads' ``reps`` one after the other
+        # Right after a forward every numpy call costs ten times its warm cost: the fewest, simplest ones.
+        if g == 1 and self._every_layer_read:
+            return reps
         if self._every_layer_read:
-            return reps[:, :, self.of_layer]
-        ext = np.empty((k, 4, g + 1), dtype=np.int64)
-        ext[:, :, :g] = reps
-        ext[:, :, g] = (NA, NA, -1, 0)  # layers without a read: shared, beyond the cache
-        return ext[:, :, self.of_layer]
+            return np.take(reps, self.of_layer, axis=1)
+        ext = np.empty((k, g + 1, 4), dtype=reps.dtype)
+        ext[:, :g] = reps
+        ext[:, g] = (NA, NA, -1, 0)  # layers without a read: shared, beyond the cache
+        return np.take(ext, self.of_layer, axis=1)
+
 
 def kind_groups(rows) -> list[list[int]]:
     """Layers that should agree at a snapshot: ``rows`` of ``(index, key)``; groups of two or more."""

@@ -58,27 +58,33 @@ class MemorySampler:
         self.device = device
         self.kind = "cuda" if device.startswith("cuda") or device == "multi-gpu" else device
         self._rss_every = rss_every_s
-        self._rss_t = 0.0
-        self._rss = 0
+        self._rss_due = -1.0
         self._torch = None
         if self.kind in ("cuda", "mps"):
             import torch
 
             self._torch = torch
+        #: The last RSS read, and until when (``perf_counter``) the step hook may reuse it without a
+        #: call: on CPU only, where there is no accelerator counter to read each forward.
+        self.rss = 0
+        self.rss_until = -1.0
 
-    def _read_rss(self) -> int:
-        now = time.perf_counter()
-        if now - self._rss_t >= self._rss_every:
-            self._rss = _statm_rss() or self._proc.memory_info().rss
-            self._rss_t = now
-        return self._rss
+    def _read_rss(self, now: float | None = None) -> int:
+        if now is None:
+            now = time.perf_counter()
+        if now >= self._rss_due:
+            self.rss = _statm_rss() or self._proc.memory_info().rss
+            self._rss_due = now + self._rss_every
+            if self._torch is None:
+                self.rss_until = self._rss_due
+        return self.rss
 
     def sample(self) -> MemorySample:
         return MemorySample(*self.sample_tuple())
 
-    def sample_tuple(self) -> tuple[int, int, int]:
-        """``(rss, accelerator allocated, accelerator reserved)``; what the step hook calls."""
-        rss = self._read_rss()
+    def sample_tuple(self, now: float | None = None) -> tuple[int, int, int]:
+        """``(rss, accelerator allocated, accelerator reserved)``; what the step hook calls (``now``: its clock)."""
+        rss = self._read_rss(now)
         t = self._torch
         if t is None:
             return rss, 0, 0

@@ -9,9 +9,9 @@ to a sink. Measured cost: tens of microseconds per forward.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from itertools import chain
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ class StepSample:
     def __init__(self, t: float, cache_id: int, new_cache: bool, q_len: int, use_cache: bool | None,
                  seen: np.ndarray | None = None, stored: np.ndarray | None = None, dev: np.ndarray | None = None,
                  nbytes: np.ndarray | None = None, rss: int = 0, accel_allocated: int = 0, accel_reserved: int = 0,
-                 input_ids: Any = None, cache: Any = None, *, groups: LayerGroups | None = None,
+                 input_ids: Any = None, cache: Any = None, groups: LayerGroups | None = None,
                  reps: list | None = None):
         self.t = t
         self.cache_id = cache_id  # 0: no cache object this forward
@@ -79,16 +79,39 @@ class StepSample:
         return self.arrays[3]
 
 
+def block(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Many samples as the record takes them: ``(scalars, seen, stored, dev, nbytes)``.
+
+    ``scalars`` is ``(len(samples), 7)`` float64 (which holds these integers exactly): t, cache id, query
+    length, use_cache (-1: not given), RSS, accelerator allocated and reserved. The rest are
+    :func:`stack`'s. The usual block, every sample read by one grouping, is one ``fromiter`` for all
+    of it: it runs right after a forward, where each numpy call costs ten times its warm cost."""
+    k = len(samples)
+    g = samples[0].groups if k else None
+    if g is not None and all(s.groups is g and s._arrays is None for s in samples):
+        w = 7 + 4 * len(g.reps)
+        flat = np.fromiter(chain.from_iterable((s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache,
+                                                s.rss, s.accel_allocated, s.accel_reserved, *s.reps) for s in samples),
+                           np.float64, k * w).reshape(k, w)
+        full = g.expand(flat[:, 7:].reshape(k, -1, 4))
+        return flat[:, :7], full[..., 0], full[..., 1], full[..., 2], full[..., 3]
+    scalars = np.fromiter(chain.from_iterable((s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache,
+                                               s.rss, s.accel_allocated, s.accel_reserved) for s in samples),
+                          np.float64, 7 * k).reshape(k, 7)
+    return (scalars, *stack(samples, n))
+
+
 def stack(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The per-layer rows of many samples as four ``(len(samples), n)`` arrays, a run of one grouping at a time.
 
-    The usual block, every sample read by one grouping, is one ``fromiter`` and one gather, and the
-    four arrays are views of it (int64: the record's columns take them as they are appended)."""
+    A run of one grouping is one ``fromiter`` and one gather, and the four arrays are views of it (int64:
+    the record's columns take them as they are appended). Where one group holds every layer they are
+    ``(len(samples), 1)``: assigning them to a column broadcasts them."""
     k = len(samples)
     g = samples[0].groups if k else None
     if g is not None and all(s.groups is g and s._arrays is None for s in samples):
         full = _expand_run(samples, g)
-        return full[:, 0], full[:, 1], full[:, 2], full[:, 3]
+        return full[..., 0], full[..., 1], full[..., 2], full[..., 3]
     seen = np.empty((k, n), dtype=np.int32)
     stored = np.empty((k, n), dtype=np.int32)
     dev = np.empty((k, n), dtype=np.int8)
@@ -104,19 +127,19 @@ def stack(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np
         while e < k and samples[e].groups is g and samples[e]._arrays is None:
             e += 1
         full = _expand_run(samples[j:e], g)
-        seen[j:e], stored[j:e], dev[j:e], nbytes[j:e] = full[:, 0], full[:, 1], full[:, 2], full[:, 3]
+        seen[j:e], stored[j:e], dev[j:e], nbytes[j:e] = full[..., 0], full[..., 1], full[..., 2], full[..., 3]
         j = e
     return seen, stored, dev, nbytes
 
 
 def _expand_run(run: list[StepSample], g: LayerGroups) -> np.ndarray:
-    """``(len(run), 4, layers)``: seen, stored, device codes and bytes of samples read by the grouping ``g``."""
+    """``(len(run), layers, 4)``: seen, stored, device codes and bytes of samples read by the grouping ``g``."""
     width = len(g.reps)
     flat = np.fromiter(chain.from_iterable(s.reps for s in run), np.int64, len(run) * 4 * width)
-    return g.expand(flat.reshape(len(run), 4, width))
+    return g.expand(flat.reshape(len(run), width, 4))
 
 
-_NO_MEMORY = (0, 0, 0)
+_dict_get = dict.get
 
 
 class StepObserver:
@@ -139,6 +162,7 @@ class StepObserver:
         self._handle = None
         self.calls = 0
         self.time_in_hook = 0.0
+        self._out_key: str | None = None  # the output field the last cache came in ("cache" in 5.x)
 
     def attach(self) -> StepObserver:
         if self._handle is None:
@@ -161,24 +185,34 @@ class StepObserver:
         self.detach()
 
     def _hook(self, module, args, kwargs, output) -> None:
-        # One function on the fast path: it runs with the CPU caches cold, where each call costs (docs/probe.md).
+        # One function on the fast path, common case first: it runs with the CPU caches cold, where
+        # every call and attribute read costs (docs/probe.md).
         if not self.enabled:
             return None
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         ids = kwargs.get("input_ids")
-        if ids is None and args:
-            ids = args[0]
-        if ids is not None and hasattr(ids, "shape"):
-            q = ids
-        else:
-            ids, q = None, kwargs.get("inputs_embeds")
-        q_len = int(q.shape[1]) if q is not None and q.dim() >= 2 else 0
+        try:
+            shape = ids.shape
+        except AttributeError:  # positional ids, or inputs_embeds
+            ids, shape = _query(args, kwargs)
+        q_len = shape[1] if len(shape) > 1 else 0
         use_cache = kwargs.get("use_cache")
-        if use_cache is not None:
+        if use_cache is not None and use_cache.__class__ is not bool:
             use_cache = bool(use_cache)
-        cache = cache_from_call(kwargs, output)
+        try:
+            cache = _dict_get(output, self._out_key)  # a ModelOutput is a dict: its own get() warns, [] copies
+        except TypeError:  # a tuple (return_dict=False), or no output
+            cache = None
+        if cache is None:
+            cache = self._cache_of(kwargs, output)
         cache_id, new, groups, row = self.probe.observe(cache, q_len)
-        rss, alloc, reserved = self.memory.sample_tuple() if self.memory is not None else _NO_MEMORY
+        mem = self.memory
+        if mem is None:
+            rss = alloc = reserved = 0
+        elif t0 < mem.rss_until:  # the CPU's RSS, read at most every rss_every_s; no accelerator counters
+            rss, alloc, reserved = mem.rss, 0, 0
+        else:
+            rss, alloc, reserved = mem.sample_tuple(t0)
         if not self.keep_input_ids:
             ids = None
         if groups is None:
@@ -186,8 +220,26 @@ class StepObserver:
                                 ids, cache)
         else:
             sample = StepSample(t0, cache_id, new, q_len, use_cache, None, None, None, None, rss, alloc, reserved,
-                                ids, cache, groups=groups, reps=row)
+                                ids, cache, groups, row)
         self.calls += 1
         self.sink(sample)
-        self.time_in_hook += time.perf_counter() - t0
+        self.time_in_hook += perf_counter() - t0
         return None
+
+    def _cache_of(self, kwargs, output):
+        """The cache of a call whose output field is not the one of the last call (or has none)."""
+        cache = cache_from_call(kwargs, output)
+        if cache is not None and isinstance(output, dict):
+            for key in ("cache", "past_key_values"):
+                if dict.get(output, key) is cache:
+                    self._out_key = key
+        return cache
+
+
+def _query(args, kwargs):
+    """``(input ids or None, query shape)`` of a call not given ``input_ids`` by keyword."""
+    ids = args[0] if args else None
+    if ids is not None and hasattr(ids, "shape"):
+        return ids, ids.shape
+    q = kwargs.get("inputs_embeds")
+    return None, (q.shape if q is not None and hasattr(q, "shape") else ())

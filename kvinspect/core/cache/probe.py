@@ -160,7 +160,7 @@ class _CacheState:
     """Per-cache bookkeeping: layer shapes and counters for static layers on accelerators."""
 
     __slots__ = ("cache_id", "shapes", "readers", "est_seen", "row_bytes", "groups", "hybrid", "state_bytes",
-                 "__weakref__")
+                 "plain", "__weakref__")
 
     def __init__(self, cache_id: int):
         self.cache_id = cache_id
@@ -171,6 +171,10 @@ class _CacheState:
         self.groups: LayerGroups | None = None  # set after the first full read where every layer had tensors
         self.hybrid: frozenset[int] = frozenset()  # layers holding K/V and a conv/recurrent state (Falcon-H1)
         self.state_bytes: dict[int, int] = {}  # their state's size, fixed once it exists (like row_bytes)
+        # The step hook's read when every group's representative is a plain dynamic layer:
+        # ``(groups, layer count, ((index, row bytes, sliding), ...))``; None: the general read
+        # (:meth:`CacheProbe._read`). Indices, not layers: the state outlives its cache in ``_last``.
+        self.plain: tuple | None = None
 
 
 class CacheProbe:
@@ -302,13 +306,32 @@ class CacheProbe:
         """What the step hook needs of one forward's cache: ``(cache_id, first_time_seen, groups, row)``.
 
         :meth:`identify` and :meth:`read` with one lookup of the cache's state, which for the cache of
-        the previous forward is one identity test.
+        the previous forward is one identity test. A cache whose groups' representatives are all plain
+        dynamic layers is read inline: a few attribute reads per group, nothing else (docs/probe.md).
         """
-        if cache is None:
-            return 0, False, None, self._no_cache()
         last = self._last
-        if last is not None and last[0]() is cache:
-            st, new = last[1], False
+        if last is not None and last[0]() is cache and cache is not None:
+            st = last[1]
+            plain = st.plain
+            if plain is not None:
+                row: list = []
+                codes = self._dev_codes
+                try:
+                    layers = cache.layers
+                    if len(layers) != plain[1]:
+                        raise IndexError
+                    for i, rb, sliding in plain[2]:
+                        layer = layers[i]
+                        keys = layer.keys
+                        rows = keys.shape[2]
+                        row += (layer.cumulative_length if sliding else rows, rows, codes[keys.device], rows * rb)
+                except (AttributeError, IndexError, KeyError, TypeError):
+                    pass  # a layer emptied or moved: the general read below decides
+                else:
+                    return st.cache_id, False, plain[0], row
+            new = False
+        elif cache is None:
+            return 0, False, None, self._no_cache()
         else:
             new = self.identify(cache)[1]
             st = self._state(cache)
@@ -319,7 +342,7 @@ class CacheProbe:
         """One forward's read, no device sync: ``(groups, reps)`` or ``(None, arrays)``.
 
         Grouped caches (:mod:`.layer_groups`) read one layer per group: ``reps`` is one list of
-        the groups' seen, then stored, device codes and bytes, which
+        each group's seen, stored, device code and bytes, group after group, which
         :meth:`~.layer_groups.LayerGroups.spread` turns into per-layer arrays. Otherwise (the first
         read of a cache, offloaded or legacy caches) every layer is read and ``arrays`` is
         ``(seen, stored, device_code, bytes)`` as :meth:`lengths` gives them.
@@ -337,27 +360,30 @@ class CacheProbe:
         if groups is None and not st.shapes and layers is not None:
             groups = self._from_template(st, cache, layers)
         if groups is None or layers is None or len(layers) != len(st.shapes):
+            st.plain = None
             return None, self._read_all(st, cache, q_len)
-        row_bytes, hybrid, codes = st.row_bytes, st.hybrid, self._dev_codes
-        seen, stored, dev, nbytes = [], [], [], []
+        row: list = []
+        for i, reader in groups.rep_readers:
+            row += self._read_layer(st, i, layers[i], reader, q_len)
+        st.plain = self._plain(st, groups, layers)
+        return groups, row
+
+    def _plain(self, st: _CacheState, groups: LayerGroups, layers) -> tuple | None:
+        """The inline read of :meth:`observe`, where every representative is a dynamic layer whose
+        ``keys`` give its rows (and, sliding, ``cumulative_length`` what it has seen)."""
+        reps = []
         for i, reader in groups.rep_readers:
             layer = layers[i]
-            if reader == "dyn" and i not in hybrid:
-                keys = layer.keys
-                if keys is not None and keys.dim() == 4:
-                    rows = keys.shape[2]
-                    code = codes.get(keys.device)
-                    seen.append(rows)
-                    stored.append(rows)
-                    dev.append(code if code is not None else self.dev_code(keys.device))
-                    nbytes.append(rows * row_bytes[i])
-                    continue
-            a, b, c, d = self._read_layer(st, i, layer, reader, q_len)
-            seen.append(a)
-            stored.append(b)
-            dev.append(c)
-            nbytes.append(d)
-        return groups, seen + stored + dev + nbytes
+            rb = st.row_bytes.get(i)
+            if reader not in ("dyn", "dynslide") or i in st.hybrid or rb is None:
+                return None
+            if reader == "dynslide" and not isinstance(getattr(layer, "cumulative_length", None), int):
+                return None
+            keys = getattr(layer, "keys", None)
+            if keys is None or keys.dim() != 4 or keys.device not in self._dev_codes:
+                return None
+            reps.append((i, rb, reader == "dynslide"))
+        return groups, len(layers), tuple(reps)
 
     def _structure(self, cache, layers) -> tuple | None:
         """What a cache's layer shapes depend on, or None for a cache that is never grouped."""

@@ -14,13 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
-import numpy as np
-
 from kvinspect.core.cache.memory import MemorySampler
-from kvinspect.core.cache.observer import StepSample, stack
+from kvinspect.core.cache.observer import StepSample, block
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, turn_checklist
 from kvinspect.core.detect.events import TURN_FAILED, Event
@@ -119,7 +116,7 @@ class TurnPipeline:
         self._prev_ids: tuple[int, list[int]] | None = None  # the last turn's prompt + generated ids
         self._known_pieces: set[int] = set()
         self._flush_every = flush_every_s
-        self._last_flush = time.perf_counter()
+        self._flush_at = time.perf_counter() + flush_every_s
 
     # -- during a turn ------------------------------------------------------------------------------
     def begin(self, turn: TurnRecord) -> None:
@@ -130,7 +127,7 @@ class TurnPipeline:
             self.memory.reset_peak()
         self.stream.turn_started(turn)
 
-    def step(self, s: StepSample) -> int:
+    def step(self, s: StepSample) -> None:
         """One forward of the open turn: kept now, in the record within ``PENDING_MAX`` forwards or the flush
         interval, whichever comes first, and to the other sinks at each flush."""
         assert self.turn is not None, "a step outside a turn"
@@ -138,10 +135,8 @@ class TurnPipeline:
         self.samples.append(s)
         pending = self._pending
         pending.append(s)
-        if len(pending) >= PENDING_MAX or s.t - self._last_flush >= self._flush_every:
+        if s.t >= self._flush_at or len(pending) >= PENDING_MAX:
             self.flush()
-            return self.record.n_steps - 1
-        return self.record.n_steps + len(pending) - 1
 
     def commit(self) -> None:
         """Append the kept forwards to the record as one block (the hook's share of a row is a list append)."""
@@ -152,11 +147,7 @@ class TurnPipeline:
         turn = self.turn
         assert turn is not None, "steps outside a turn"
         self.stream.devices(self.probe.devices)
-        seen, stored, dev, nbytes = stack(pending, self.record.n_layers)
-        # One array for the scalars (float64 holds these integers exactly): a block costs a fixed few calls.
-        sc = np.fromiter(chain.from_iterable((s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache,
-                                              s.rss, s.accel_allocated, s.accel_reserved) for s in pending),
-                         np.float64, 7 * len(pending)).reshape(-1, 7)
+        sc, seen, stored, dev, nbytes = block(pending, self.record.n_layers)
         self.record.append_steps(sc[:, 0], {
             "turn": turn.index, "cache_id": sc[:, 1], "q_len": sc[:, 2], "use_cache": sc[:, 3], "rss": sc[:, 4],
             "accel_allocated": sc[:, 5], "accel_reserved": sc[:, 6],
@@ -170,7 +161,7 @@ class TurnPipeline:
     def flush(self) -> None:
         self.commit()
         self.stream.flush_steps()
-        self._last_flush = time.perf_counter()
+        self._flush_at = time.perf_counter() + self._flush_every
 
     # -- the end of a turn ----------------------------------------------------------------------------
     def finish(self, turn: TurnRecord, ctx: TurnContext, *, new_ids: list[int], snapshot: Any,

@@ -172,8 +172,9 @@ class TraceRecord:
         with self.lock:
             c = self._cols
             i = c["turn"].n
-            for g in c.values():
-                g.reserve(i + k)
+            if i + k > len(c["turn"].buf):  # every column grows together
+                for g in c.values():
+                    g.reserve(i + k)
             if self.t0 is None:
                 self.t0 = float(t[0])
             c["t"].buf[i : i + k] = t - self.t0

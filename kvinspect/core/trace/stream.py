@@ -167,8 +167,12 @@ class Stream:
             s0 = self._sent_steps
             if n <= s0:
                 return
-            cols = {name: rec.col(name)[s0:n].copy() for name in DTYPES}
             self._sent_steps = n
+            if not self.sinks:
+                return
+            # Views, not copies: the record only appends, so rows below ``n`` never change (a buffer
+            # that grows is replaced, and the old one stays as it was for whoever holds these).
+            cols = {name: rec.col(name)[s0:n] for name in DTYPES}
         self._emit_out(Steps(s0, n - s0, cols))
 
     def close(self) -> None:
