@@ -15,6 +15,7 @@ import torch
 from kvinspect.core.cache.memory import MemorySampler
 from kvinspect.core.cache.observer import StepObserver, stack
 from kvinspect.core.cache.probe import CacheProbe
+from kvinspect.core.compat import cache_from_generate_output
 from kvinspect.core.detect.detectors import TurnContext
 from kvinspect.core.session import pipeline as pipeline_mod
 from kvinspect.core.session.pipeline import TurnPipeline
@@ -116,3 +117,31 @@ def test_no_cache_forwards_are_rows_of_not_applicable():
     probe = CacheProbe(lm.model.config)
     groups, row = probe.read(None)
     assert groups is None and (row[0] == -1).all() and (row[2] == -1).all() and (row[3] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-mistral", "tiny-llama"])
+def test_dynamic_caches_are_read_inline_after_their_second_forward(name):
+    pipe, _, _, _, samples, _ = _observed_generation(name)
+    plain = pipe.probe._last[1].plain
+    assert plain is not None and plain[0] is samples[-1].groups, "the hook read every group through the general path"
+
+
+def test_a_representative_that_moves_is_read_in_full_after_the_next_device_check():
+    lm = load_cached("tiny-llama")
+    ids = torch.tensor([list(range(5, 25))])
+    with torch.inference_mode():
+        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+                                pad_token_id=0, return_dict_in_generate=True)
+    cache = cache_from_generate_output(out)
+    probe = CacheProbe(lm.model.config)
+    for _ in range(3):  # first sight, the grouped read that prepares the inline one, the inline read
+        _, _, groups, row = probe.observe(cache, 1)
+    assert probe._last[1].plain is not None and row[2] == probe.devices.index("cpu")
+    probe.check_devices()
+    assert probe._last[1].plain is not None, "nothing moved"
+    rep = groups.reps[0]
+    layer = cache.layers[rep]
+    layer.keys, layer.values = layer.keys.to("meta"), layer.values.to("meta")
+    probe.check_devices()
+    _, _, groups, row = probe.observe(cache, 1)
+    assert row[2] == probe.devices.index("meta")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import asdict, dataclass, field, replace
-from itertools import count
+from itertools import count, repeat
 
 import numpy as np
 
@@ -172,7 +172,7 @@ class _CacheState:
         self.hybrid: frozenset[int] = frozenset()  # layers holding K/V and a conv/recurrent state (Falcon-H1)
         self.state_bytes: dict[int, int] = {}  # their state's size, fixed once it exists (like row_bytes)
         # The step hook's read when every group's representative is a plain dynamic layer:
-        # ``(groups, layer count, ((index, row bytes, sliding), ...))``; None: the general read
+        # ``(groups, layer count, ((index, row bytes, sliding, device code), ...))``; None: the general read
         # (:meth:`CacheProbe._read`). Indices, not layers: the state outlives its cache in ``_last``.
         self.plain: tuple | None = None
 
@@ -205,34 +205,35 @@ class CacheProbe:
         """``(cache_id, first_time_seen)``; ids are stable for the life of the object."""
         if cache is None:
             return 0, False
-        last = self._last
-        if last is not None and last[0]() is cache:
-            return last[1].cache_id, False
-        if _cls_name(cache) == "EncoderDecoderCache":
-            raise UnsupportedCacheError(
-                "encoder-decoder caches (EncoderDecoderCache) are not supported: kvinspect inspects decoder-only models"
-            )
-        known = self.known_id(cache)
-        if known is not None:
-            return known, False
-        return self._state(cache).cache_id, True
+        st, new = self._lookup(cache)
+        return st.cache_id, new
 
     def _state(self, cache) -> _CacheState:
+        return self._lookup(cache)[0]
+
+    def _lookup(self, cache) -> tuple[_CacheState, bool]:
+        """The state of ``cache`` and whether it is new to this probe; the latest cache's is one identity test."""
         last = self._last
         if last is not None and last[0]() is cache:
-            return last[1]
+            return last[1], False
         try:
             st = self._states.get(cache)
         except TypeError:  # legacy tuples are not weak-referenceable
             st = self._legacy.get(id(cache))
             if st is None:
                 st = self._legacy[id(cache)] = _CacheState(next(self._ids))
-            return st
+                return st, True
+            return st, False
+        new = st is None
         if st is None:
+            if _cls_name(cache) == "EncoderDecoderCache":
+                raise UnsupportedCacheError(
+                    "encoder-decoder caches (EncoderDecoderCache) are not supported: kvinspect inspects decoder-only models"
+                )
             st = _CacheState(next(self._ids))
             self._states[cache] = st
         self._last = (weakref.ref(cache), st)
-        return st
+        return st, new
 
     def known_id(self, cache) -> int | None:
         try:
@@ -315,17 +316,15 @@ class CacheProbe:
             plain = st.plain
             if plain is not None:
                 row: list = []
-                codes = self._dev_codes
                 try:
                     layers = cache.layers
                     if len(layers) != plain[1]:
                         raise IndexError
-                    for i, rb, sliding in plain[2]:
+                    for i, rb, sliding, code in plain[2]:
                         layer = layers[i]
-                        keys = layer.keys
-                        rows = keys.shape[2]
-                        row += (layer.cumulative_length if sliding else rows, rows, codes[keys.device], rows * rb)
-                except (AttributeError, IndexError, KeyError, TypeError):
+                        rows = layer.keys.shape[2]
+                        row += (layer.cumulative_length if sliding else rows, rows, code, rows * rb)
+                except (AttributeError, IndexError, TypeError):
                     pass  # a layer emptied or moved: the general read below decides
                 else:
                     return st.cache_id, False, plain[0], row
@@ -333,8 +332,7 @@ class CacheProbe:
         elif cache is None:
             return 0, False, None, self._no_cache()
         else:
-            new = self.identify(cache)[1]
-            st = self._state(cache)
+            st, new = self._lookup(cache)
         groups, row = self._read(st, cache, q_len)
         return st.cache_id, new, groups, row
 
@@ -382,15 +380,42 @@ class CacheProbe:
             keys = getattr(layer, "keys", None)
             if keys is None or keys.dim() != 4 or keys.device not in self._dev_codes:
                 return None
-            reps.append((i, rb, reader == "dynslide"))
+            # Its device as it is now: a layer of a cache that does not offload stays where it was
+            # created, and reading ``keys.device`` was a third of the read (check_devices re-reads it).
+            reps.append((i, rb, reader == "dynslide", self._dev_codes[keys.device]))
         return groups, len(layers), tuple(reps)
 
+    def check_devices(self) -> None:
+        """Re-read the device of the latest cache's representatives, which the inline read of
+        :meth:`observe` takes as fixed: a layer that moved is read in full from the next forward on.
+
+        The turn pipeline calls it before each block it appends (at most every ``PENDING_MAX``
+        forwards or flush interval), so at worst one block's rows name the old device."""
+        if self._last is None:
+            return
+        ref, st = self._last
+        plain, cache = st.plain, ref()
+        if plain is None or cache is None:
+            return
+        codes = self._dev_codes
+        try:
+            layers = cache.layers
+            if all(codes.get(layers[i].keys.device) == code for i, _, _, code in plain[2]):
+                return
+        except (AttributeError, IndexError, TypeError):
+            pass
+        st.plain = None
+
     def _structure(self, cache, layers) -> tuple | None:
-        """What a cache's layer shapes depend on, or None for a cache that is never grouped."""
+        """What a cache's layer shapes depend on, or None for a cache that is never grouped.
+
+        Built with ``map`` over the layers (no Python frame per layer): it runs on the first forward
+        of every new cache, right after that forward."""
         if not self.group_layers or getattr(cache, "offloading", False):
             return None
-        return (type(cache), tuple([(type(lay), getattr(lay, "is_sliding", None), getattr(lay, "sliding_window", None),
-                                     getattr(lay, "max_cache_len", None)) for lay in layers]))
+        return (type(cache), tuple(map(type, layers)),
+                *(tuple(map(getattr, layers, repeat(name), repeat(None)))
+                  for name in ("is_sliding", "sliding_window", "max_cache_len")))
 
     def _from_template(self, st: _CacheState, cache, layers) -> LayerGroups | None:
         """A new cache shaped like one already grouped: its shapes and groups, without a full read.

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from dataclasses import dataclass
+from time import perf_counter
 
 from kvinspect.core import compat
 from kvinspect.core.cache.memory import MemorySampler
@@ -136,7 +136,23 @@ class ModelObserver:
         self.steps.detach()
 
     def _pre_hook(self, module, args, kwargs):
-        self.before_forward(args, kwargs)
+        # Inline, the common case first: another forward of the open generate() turn. Its frame was the
+        # outermost generate() on this stack when the turn opened, so it still is: no walk to the top
+        # of the stack, which right after a forward costs tens of microseconds (docs/observe.md).
+        if not self.enabled:
+            return None
+        t0 = perf_counter()
+        cur = self.turn
+        if cur is not None and self._pending_label is None:
+            gen = cur.gen_frame
+            if gen is not None:
+                f = sys._getframe(1)
+                while f is not None:
+                    if f is gen:
+                        self.time_in_pre_hook += perf_counter() - t0
+                        return None
+                    f = f.f_back
+        self._guarded_before(args, kwargs, t0)
         return None
 
     def _fail(self, exc: BaseException) -> None:
@@ -151,21 +167,23 @@ class ModelObserver:
         """Turn bookkeeping before a forward pass runs; never raises."""
         if not self.enabled:
             return
-        t0 = time.perf_counter()
+        t0 = perf_counter()
+        cur = self.turn
+        if cur is not None and cur.gen_frame is not None and self._pending_label is None \
+                and on_stack(cur.gen_frame, depth=2):
+            self.time_in_pre_hook += perf_counter() - t0
+            return  # another forward of the open generate() turn (see _pre_hook)
+        self._guarded_before(args, kwargs, t0)
+
+    def _guarded_before(self, args, kwargs, t0: float) -> None:
         try:
             self._before_forward(args, kwargs, t0)
         except Exception as exc:  # noqa: BLE001 - never break the observed program
             self._fail(exc)
-        self.time_in_pre_hook += time.perf_counter() - t0
+        self.time_in_pre_hook += perf_counter() - t0
 
     def _before_forward(self, args, kwargs, t0: float) -> None:
         cur = self.turn
-        if cur is not None and cur.gen_frame is not None and self._pending_label is None \
-                and on_stack(cur.gen_frame, depth=3):
-            # Another forward of the open generate() turn. Its frame was the outermost generate() on
-            # this stack when the turn opened, so it still is: no walk to the top of the stack,
-            # which after a forward costs tens of microseconds.
-            return
         frame = outermost_frame(self._gen_codes, depth=3)
         with self.lock:
             cur = self.turn

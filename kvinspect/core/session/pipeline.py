@@ -146,6 +146,7 @@ class TurnPipeline:
         self._pending = []
         turn = self.turn
         assert turn is not None, "steps outside a turn"
+        self.probe.check_devices()
         self.stream.devices(self.probe.devices)
         sc, seen, stored, dev, nbytes = block(pending, self.record.n_layers)
         self.record.append_steps(sc[:, 0], {
