@@ -59,15 +59,48 @@ class MemorySampler:
         self.kind = "cuda" if device.startswith("cuda") or device == "multi-gpu" else device
         self._rss_every = rss_every_s
         self._rss_due = -1.0
-        self._torch = None
+        self._torch: Any = None
+        self._cuda_stats = None  # torch's own counters, read without memory_allocated()'s flattening
+        self._cuda_devices: range = range(0)
         if self.kind in ("cuda", "mps"):
             import torch
 
-            self._torch = torch
+            self._use(torch)
         #: The last RSS read, and until when (``perf_counter``) the step hook may reuse it without a
         #: call: on CPU only, where there is no accelerator counter to read each forward.
         self.rss = 0
         self.rss_until = -1.0
+
+    def _use(self, torch) -> None:
+        self._torch = torch
+        if self.kind == "cuda":
+            self._cuda_devices = range(torch.cuda.device_count())
+            # ``memory_allocated()`` and ``memory_reserved()`` each flatten the allocator's whole nested
+            # statistics dict in Python (hundreds of keys) to return one number, and the step hook needs
+            # both for every device every forward: the nested dict is read directly where torch has it.
+            self._cuda_stats = getattr(getattr(torch, "_C", None), "_cuda_memoryStats", None)
+
+    def _cuda_counters(self) -> tuple[int, int]:
+        """``(allocated, reserved)`` summed over the visible devices: a device_map can spread a model over several."""
+        t = self._torch
+        stats = self._cuda_stats
+        alloc = reserved = 0
+        if stats is not None:
+            if not t.cuda.is_initialized():
+                return 0, 0
+            try:
+                for d in self._cuda_devices:
+                    s = stats(d)
+                    alloc += s["allocated_bytes"]["all"]["current"]
+                    reserved += s["reserved_bytes"]["all"]["current"]
+                return alloc, reserved
+            except (KeyError, TypeError, RuntimeError):
+                self._cuda_stats = None  # another layout: the public functions from now on
+                alloc = reserved = 0
+        for d in self._cuda_devices:
+            alloc += t.cuda.memory_allocated(d)
+            reserved += t.cuda.memory_reserved(d)
+        return alloc, reserved
 
     def _read_rss(self, now: float | None = None) -> int:
         if now is None:
@@ -90,10 +123,7 @@ class MemorySampler:
             return rss, 0, 0
         alloc = reserved = 0
         if self.kind == "cuda":
-            # Summed over visible devices: a device_map can spread the model over several.
-            for d in range(t.cuda.device_count()):
-                alloc += t.cuda.memory_allocated(d)
-                reserved += t.cuda.memory_reserved(d)
+            alloc, reserved = self._cuda_counters()
         elif self.kind == "mps":
             alloc = t.mps.current_allocated_memory()
             reserved = t.mps.driver_allocated_memory()
@@ -113,7 +143,7 @@ class MemorySampler:
         return 0
 
     def rss_now(self) -> int:
-        self._rss_t = 0.0
+        self._rss_due = -1.0
         return self._read_rss()
 
     def describe(self) -> dict:
