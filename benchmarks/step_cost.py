@@ -103,6 +103,7 @@ class _HookModel:
         memory = MemorySampler(device, rss_every_s=0.25)
         _TimedObserver = _timed_observer_class()
         self.pipeline = TurnPipeline(TraceRecord(probe.n_layers), probe, memory)
+        self.turns = 0
         self.pipeline.begin(TurnRecord(index=0))
         self.obs = _TimedObserver(model, probe, self.pipeline.step, memory)
         self.probe = probe
@@ -112,9 +113,13 @@ class _HookModel:
         """(hook µs per forward, steady-state median µs, generate seconds per forward) of one observed generation.
 
         ``grouped=False``: every layer read on every forward, as before issue 16 (the baseline)."""
+        from kvinspect.core.trace.record import TurnRecord
+
         self.probe.group_layers = grouped
         self.obs.calls, self.obs.time_in_hook = 0, 0.0
         self.obs.per_call.clear()
+        self.turns += 1
+        self.pipeline.begin(TurnRecord(index=self.turns))  # one turn per generate(), as ChatSession has it
         with self.obs:
             total = _generate(self.model, self.ids, new, self.device)
         steady = statistics.median(self.obs.per_call[1:]) if len(self.obs.per_call) > 1 else 0.0

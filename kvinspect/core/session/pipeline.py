@@ -123,6 +123,8 @@ class TurnPipeline:
         self.commit()
         self.turn = turn
         self.samples = []
+        # The turn's first block after one interval, not at its first forward (the clock ran on between turns).
+        self._flush_at = time.perf_counter() + self._flush_every
         if self.owns_peak:
             self.memory.reset_peak()
         self.stream.turn_started(turn)
