@@ -15,8 +15,9 @@ from transformers import DynamicCache, cache_utils
 from kvinspect.core.cache.memory import MemorySampler
 from kvinspect.core.cache.observer import StepObserver
 from kvinspect.core.cache.probe import CacheProbe
+from kvinspect.core.compat import cache_from_generate_output
 from kvinspect.core.errors import UnsupportedCacheError
-from kvinspect.core.model.catalog import find_builtin
+from kvinspect.core.model.catalog import builtin_names, find_builtin
 from kvinspect.core.session.chat import ChatSession, SessionOptions, check_cache_available
 from kvinspect.core.session.script import GenerationSettings
 
@@ -418,3 +419,16 @@ def test_memory_sampler_on_cpu_never_raises():
     m.reset_peak()
     assert m.peak() == 0 and m.rss_now() > 0
     assert m.describe()["kind"] == "cpu"
+
+
+@pytest.mark.parametrize("name,impl", [(n, None) for n in builtin_names() if n.startswith("tiny-")] + [("tiny-gemma3", "static")])
+def test_shapes_worked_out_once_per_kind_of_layer_are_each_layers_own(name, impl):
+    lm = load_cached(name)
+    ids = torch.tensor([list(range(5, 25))])
+    extra = {"cache_implementation": impl} if impl else {}
+    with torch.inference_mode():
+        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False,
+                                pad_token_id=0, return_dict_in_generate=True, **extra)
+    cache = cache_from_generate_output(out)
+    probe = CacheProbe(lm.model.config)
+    assert probe.shapes(cache) == [probe._shape_of(i, lay) for i, lay in enumerate(probe._layers(cache))]

@@ -266,11 +266,30 @@ class CacheProbe:
         st = self._state(cache)
         layers = self._layers(cache)
         if len(st.shapes) != len(layers):
-            st.shapes = [self._shape_of(i, lay) for i, lay in enumerate(layers)]
+            seen: dict = {}
+            st.shapes = [self._shape_like(i, lay, seen) for i, lay in enumerate(layers)]
             st.readers = [self._reader_for(s) for s in st.shapes]
             st.hybrid = frozenset(s.index for s in st.shapes if layer_kinds.is_hybrid_class(s.cls))
             st.groups = None
         return st.shapes
+
+    def _shape_like(self, i: int, layer, seen: dict) -> LayerShape:
+        """:meth:`_shape_of`, once per distinct kind of layer in one cache: the first forward of a new
+        model's cache reads them all right after that forward (80 layers: half of that read)."""
+        if isinstance(layer, (tuple, list)):
+            return self._shape_of(i, layer)
+        ctype = self.config_types[i] if i < len(self.config_types) else "full_attention"
+        key = (type(layer), ctype, getattr(layer, "is_sliding", None), getattr(layer, "sliding_window", None),
+               getattr(layer, "max_cache_len", None))
+        try:
+            s = seen.get(key)
+        except TypeError:  # an unhashable attribute: no sharing
+            return self._shape_of(i, layer)
+        if s is None:
+            s = seen[key] = self._shape_of(i, layer)
+            return s
+        reads_from = self.shared_sources.get(i) if s.attention == layer_kinds.SHARED else None
+        return LayerShape(i, s.cls, s.attention, s.config_attention, s.storage, s.window, s.capacity, reads_from)
 
     def _shape_of(self, i: int, layer) -> LayerShape:
         ctype = self.config_types[i] if i < len(self.config_types) else "full_attention"

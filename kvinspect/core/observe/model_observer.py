@@ -97,7 +97,7 @@ class ModelObserver:
         self.lock = threading.RLock()
         self.probe = CacheProbe(model.config)
         device = device_label(model)
-        self.memory = MemorySampler(device)
+        self.memory = MemorySampler(device, rss_every_s=0.25)  # as ChatSession: a read after each forward cost more than its use
         self.record = TraceRecord(self.probe.n_layers, observed_header(model, device, self.memory, mode, command))
         self.writer = TraceWriter(trace_path) if trace_path else None
         sinks: list[Sink] = [self.writer] if self.writer is not None else []
