@@ -63,7 +63,9 @@ class HeatmapLane:
             return
         self._no_token_span = (x0, width)
         for k, item in self.no_tokens.items():
-            item.set_rects([QtCore.QRectF(x0, i, width, 1) for i in self._no_token_rows.get(k, [])])
+            rows = self._no_token_rows.get(k, [])
+            if rows or item._rects:  # (most models have neither kind: nothing to key or repaint)
+                item.set_rects([QtCore.QRectF(x0, i, width, 1) for i in rows])
 
     def reset(self, record) -> None:
         self.n_layers = record.n_layers
@@ -77,6 +79,10 @@ class HeatmapLane:
         self._scale_top = 0.0
         self._window_key = None
         self._window_len = 0
+
+    def data_items(self) -> list:
+        """The items drawn from the record (``invalidate()`` on a forced redraw)."""
+        return [self.img, self.regions, *self.no_tokens.values()]
 
     def update_kinds(self, record) -> None:
         self.axis.set_kinds(layer_kinds(record))
@@ -154,6 +160,9 @@ class TokensLane:
         self.window_lines.setZValue(-5)
         self.plot.addItem(self.window_lines, ignoreBounds=True)
         self.theme = th.DARK
+
+    def data_items(self) -> list:
+        return [self.seen, self.stored, *self.layer_curves.values()]
 
     def _curve(self, name: str, pen) -> Curve:
         c = Curve(pen, name=name)

@@ -11,9 +11,12 @@ Why not pyqtgraph's ``PlotDataItem``/``ImageItem`` (docs/redraw.md has the profi
 * on a live frame only a window's last bin can move (``WindowPrefix``): ``Curve.set_bins``
   compares those few points and makes the curve's arrays only when it is redrawn or read;
 * the heatmap maps stored lengths to the 256 colours itself (one numpy take) and uploads a new
-  image only when a cell's colour changed.
+  image only when a cell's colour changed;
+* each item keeps what it drew for its last few views (``ZoomMemo``: a path, an image, an
+  axis' ticks), keyed by the window and the pixel size and checked against the window's data:
+  a zoom and then Fit (or a theme change) takes the full view's back instead of building it.
 
-``invalidate()`` (a forced redraw: resize, theme, new record) rebuilds everything regardless.
+``invalidate()`` (a forced redraw: resize, theme, new record) repaints everything regardless.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from ..core.trace.series import envelope
 
 QUANTUM = 4  # sub-pixel steps per pixel below which a change is not drawn
+ZOOM_MEMO = 4  # views (zoom levels) an item keeps what it drew for (ZoomMemo)
 
 CACHE = QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache
 
@@ -74,6 +78,36 @@ class ViewSpan(pg.GraphicsObject):
         self.update()
 
 
+class ZoomMemo:
+    """What an item drew for its last ``ZOOM_MEMO`` views, least recently used dropped first.
+
+    A zoom and a Fit, or a view alternating between two ranges, then find what was drawn
+    (paths, colours, ticks) instead of making it again; the caller checks the data still match.
+    """
+
+    __slots__ = ("_d",)
+
+    def __init__(self):
+        self._d: dict = {}
+
+    def get(self, key):
+        value = self._d.pop(key, None)
+        if value is not None:
+            self._d[key] = value
+        return value
+
+    def put(self, key, value) -> None:
+        if not ZOOM_MEMO:
+            return
+        self._d.pop(key, None)
+        while len(self._d) >= ZOOM_MEMO:
+            self._d.pop(next(iter(self._d)))
+        self._d[key] = value
+
+    def clear(self) -> None:
+        self._d.clear()
+
+
 class WindowPrefix:
     """How many leading points of a window's curve are the previous frame's (``Curve.setData``).
 
@@ -117,6 +151,7 @@ class Curve(pg.GraphicsObject):
         self._path: QtGui.QPainterPath | None = None
         self._fill: QtGui.QPainterPath | None = None
         self._bounds = QtCore.QRectF()
+        self._memo = ZoomMemo()  # (window, column, pixel size…) → (its data, what was drawn)
         self._set_strokes()
         self.setCacheMode(CACHE)
 
@@ -209,10 +244,34 @@ class Curve(pg.GraphicsObject):
                     and [round(v * sy) for v in ys] == old[2][k:].tolist():
                 self._pending = (win, col, gaps)
                 return False
+        # A window drawn before (a zoom back out, a theme change): its data unchanged, its path is
+        # taken back instead of making the envelope, quantising it and building the path again.
+        # Not on a live frame (the same view, one bin further): its data are new by definition.
+        memo_key = data = None
+        if px is not None and (not same_prefix or old is None):
+            memo_key = (x0, stride, len(hi), col, gaps, px, self.opts["connect"], len(self._offsets))
+            data = hi[:, col].tobytes() + (lo[:, col].tobytes() if per == 2 else b"")
+            hit = self._memo.get(memo_key)
+            if hit is not None and hit[0] == data:
+                if hit[1][2] is self._key:  # what is drawn already
+                    return False
+                self._restore(hit[1])
+                return True
         x, y = envelope(*win, col)
         if gaps:
             y = np.where(y < 0, np.nan, y)
-        return self.setData(x, y, same_prefix=same_prefix, px=px)
+        changed = self.setData(x, y, same_prefix=same_prefix, px=px)
+        if memo_key is not None:
+            self._memo.put(memo_key, (data, (self._x, self._y, self._key, self._path, self._fill, self._bounds)))
+        return changed
+
+    def _restore(self, drawn: tuple) -> None:
+        self._pending = None
+        bounds = drawn[5]
+        if bounds != self._bounds:
+            self.prepareGeometryChange()
+        self._x, self._y, self._key, self._path, self._fill, self._bounds = drawn
+        self.update()
 
     def _materialise(self) -> None:
         if self._pending is not None:
@@ -223,7 +282,7 @@ class Curve(pg.GraphicsObject):
             self._y = np.where(y < 0, np.nan, y) if gaps else y
 
     def invalidate(self) -> None:
-        """Forget what was drawn: the next ``setData`` rebuilds and repaints."""
+        """Forget what is shown: the next ``setData``/``set_bins`` repaints (from the memo when it can)."""
         self._key = None
 
     def _rebuild(self) -> None:
@@ -310,10 +369,12 @@ class Heatmap(pg.GraphicsObject):
         self._qimage: QtGui.QImage | None = None
         self._buf: np.ndarray | None = None
         self._scale = 0.0
+        self._memo = ZoomMemo()  # (rect, scale, shape) → (values, idx, buf, image)
         self.setCacheMode(CACHE)
 
     def clear(self) -> None:
         self.prepareGeometryChange()
+        self._memo.clear()
         self.image = self._idx = self._qimage = self._buf = None
         self._rect = QtCore.QRectF()
         self.update()
@@ -331,6 +392,15 @@ class Heatmap(pg.GraphicsObject):
         scale = 256.0 / max(float(top), 1e-9)
         old = self._idx
         k = min(same_prefix, len(values), len(old)) if old is not None and scale == self._scale else 0
+        memo_key = (rect.getRect(), scale, values.shape)
+        if not k:
+            hit = self._memo.get(memo_key)
+            if hit is not None and np.array_equal(hit[0], values):
+                if hit[1] is old and rect == self._rect:
+                    return False
+                self._scale = scale
+                self._show(rect, *hit[1:])
+                return True
         tail = np.clip(values[k:] * scale, 0, 255).astype(np.uint8)
         if k:
             if rect == self._rect and len(values) == len(old) and np.array_equal(tail, old[k:]):
@@ -342,16 +412,20 @@ class Heatmap(pg.GraphicsObject):
                 self._scale = scale
                 return False
         self._scale = scale
+        # Rows = layers, as QImage wants them; take() (C-ordered) is twice as fast as self._lut[idx.T].
+        buf = self._lut.take(idx.T)
+        h, w = buf.shape
+        self._show(rect, idx, buf, QtGui.QImage(buf.data, w, h, 4 * w, QtGui.QImage.Format.Format_RGB32))
+        if ZOOM_MEMO and not k:  # (a live frame's columns are new: nothing to keep)
+            self._memo.put(memo_key, (np.array(values), idx, buf, self._qimage))
+        return True
+
+    def _show(self, rect: QtCore.QRectF, idx: np.ndarray, buf: np.ndarray, image: QtGui.QImage) -> None:
         if rect != self._rect:
             self.prepareGeometryChange()
             self._rect = QtCore.QRectF(rect)
-        self._idx = idx
-        # Rows = layers, as QImage wants them; take() (C-ordered) is twice as fast as self._lut[idx.T].
-        self._buf = self._lut.take(idx.T)
-        h, w = self._buf.shape
-        self._qimage = QtGui.QImage(self._buf.data, w, h, 4 * w, QtGui.QImage.Format.Format_RGB32)
+        self._idx, self._buf, self._qimage = idx, buf, image
         self.update()
-        return True
 
     def dataBounds(self, ax: int, frac: float = 1.0, orthoRange=None):
         if self._rect.isEmpty():

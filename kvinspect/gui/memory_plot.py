@@ -77,6 +77,9 @@ class MemoryLane:
         self._hide_legend(self.alloc)
         self._hide_legend(self.reserved)
 
+    def data_items(self) -> list:
+        return [*self.stack.values(), self.rss, self.alloc, self.reserved, self.peaks, self.retained]
+
     def _sync_views(self) -> None:
         self.vb2.setGeometry(self.plot.getViewBox().sceneBoundingRect())
         self.vb2.linkedViewChanged(self.plot.getViewBox(), self.vb2.XAxis)

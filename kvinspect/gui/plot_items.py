@@ -11,7 +11,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from ..core.units import byte_scale
 from . import theme as th
-from .lane_items import CACHE, QUANTUM, ViewSpan, pixel_size
+from .lane_items import CACHE, QUANTUM, ViewSpan, ZoomMemo, pixel_size
 
 
 class _Measure:
@@ -209,8 +209,18 @@ class LaneAxis(pg.AxisItem):
                 if br & rect != rect:
                     continue
                 text_specs.append((rect, align, s))
+        self._text_size2 = last_size2  # (what a memo hit tells _updateMaxTextSize again)
         self._updateMaxTextSize(last_size2)
         return axis_spec, tick_specs, text_specs
+
+    def _specs_key(self, font: QtGui.QFont) -> tuple:
+        """Everything ``generateDrawSpecs`` reads, for ``paint``'s memo of recent specs."""
+        vt = self.deviceTransform_()
+        pens = tuple((pen.color().rgba(), pen.widthF(), pen.style().value) for pen in (self.pen(), self.tickPen()))
+        return (tuple(self.range), self.mapRectFromParent(self.geometry()).getRect(), self.boundingRect().getRect(),
+                None if vt is None else (vt.m11(), vt.m12(), vt.m21(), vt.m22()), id(self._tickLevels),
+                repr(self._tickSpacing), self._tickDensity, self.scale, self.autoSIPrefixScale, self.logMode, pens,
+                font.key(), repr(sorted(self.style.items())))
 
     def _updateLabel(self):
         html = self.labelString()
@@ -233,9 +243,22 @@ class LaneAxis(pg.AxisItem):
     def paint(self, p, opt, widget):
         font = self.style["tickFont"] or p.font()
         if self.picture is None:  # ticks, range or size changed (pyqtgraph clears it)
-            measure = _Measure(self.__dict__.setdefault("_measured", {}), font)
-            self._specs = self.generateDrawSpecs(measure)
-            font = measure.font()
+            # The specs of the last few ranges are kept: a zoom back out (or a view alternating
+            # between two ranges) finds them, 0.1 ms an axis. Tick levels set by hand are held
+            # by the memo, so their id names them.
+            memo = self.__dict__.setdefault("_specs_memo", ZoomMemo())
+            key = self._specs_key(font)
+            hit = memo.get(key)
+            if hit is not None and hit[0] is self._tickLevels:
+                self._specs = hit[1]
+                self._updateMaxTextSize(hit[2])
+            else:
+                measure = _Measure(self.__dict__.setdefault("_measured", {}), font)
+                self._text_size2 = None
+                self._specs = self.generateDrawSpecs(measure)
+                font = measure.font()
+                if self._text_size2 is not None:  # (the lean specs, not pyqtgraph's)
+                    memo.put(key, (self._tickLevels, self._specs, self._text_size2))
             if font != getattr(self, "_static_font", None):
                 self._static_font = font
                 self.__dict__["_statics"] = {}
@@ -532,19 +555,20 @@ class HGrid(ViewSpan):
                 c = QtGui.QColor(*(round(bg_v + (fg_v - bg_v) * a) for fg_v, bg_v in
                                    ((c.red(), bg.red()), (c.green(), bg.green()), (c.blue(), bg.blue()))))
             self._pens.append(pg.mkPen(c, width=1, cosmetic=True))
-        self._lines_key = None
+        self._lines_memo = ZoomMemo()
         self.update()
 
     def _lines(self, rect: QtCore.QRectF, height: float) -> list[list[QtCore.QLineF]]:
-        """The grid lines of each tick level, computed again only when the view moved."""
+        """The grid lines of each tick level, computed again only for a view not seen lately."""
         key = (rect.left(), rect.right(), rect.top(), rect.bottom(), height)
-        if key != getattr(self, "_lines_key", None):
+        lines = self._lines_memo.get(key)
+        if lines is None:
             lo, hi = rect.top(), rect.bottom()
             levels = self.axis.tickValues(min(lo, hi), max(lo, hi), max(height, 1.0))
-            self._lines_cache = [[QtCore.QLineF(rect.left(), y, rect.right(), y) for y in values]
-                                 for _spacing, values in levels[: len(self._pens)]]
-            self._lines_key = key
-        return self._lines_cache
+            lines = [[QtCore.QLineF(rect.left(), y, rect.right(), y) for y in values]
+                     for _spacing, values in levels[: len(self._pens)]]
+            self._lines_memo.put(key, lines)
+        return lines
 
     def paint(self, p, *args) -> None:
         vb = self.getViewBox()

@@ -20,10 +20,10 @@ from .cache_plot import HeatmapLane, TokensLane, fixed_axes, region_spans
 from .lane_items import CACHE, Curve, Heatmap, ViewSpan, cache_text
 from .layer_info import layer_kinds, layer_windows
 from .memory_plot import MemoryLane
-from .overlays import VLines
+from .overlays import MarkersItem, VLines
 from .plot_items import MAX_PICKED, RegionsItem, StepAxis, default_picks, gradient_pixmap, nice_ceiling, vline
 
-_VIEW_ITEMS = (Curve, Heatmap, RegionsItem, ViewSpan, pg.ScatterPlotItem, pg.InfiniteLine)
+_VIEW_ITEMS = (Curve, Heatmap, RegionsItem, ViewSpan, pg.InfiniteLine)
 MAX_LINES = 200  # turn/recreate lines drawn as items; beyond that only the most recent
 MARKER_Y = (0.2, 0.52)  # rows in the event lane (0..1) for events at one step; turn labels sit on top
 
@@ -135,8 +135,7 @@ class PlotsWidget(QtWidgets.QWidget):
             for name in ("left", "bottom", "right"):
                 p.getAxis(name).setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
-        self.markers = pg.ScatterPlotItem(size=11, hoverable=True, tip=self._marker_tip,
-                                          hoverSize=14, pxMode=True)
+        self.markers = MarkersItem(tip=self._marker_tip, hover_size=14)
         self.markers.setZValue(30)
         self.markers.setCacheMode(CACHE)
         self.markers.sigClicked.connect(self._on_marker_clicked)
@@ -342,10 +341,14 @@ class PlotsWidget(QtWidgets.QWidget):
                 item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.NoCache)
 
     def _invalidate(self) -> None:
-        """A forced redraw draws every item again, even those whose pixels would not change."""
-        for item in self.view.scene().items():
-            if isinstance(item, (Curve, Heatmap, RegionsItem)):
-                item.invalidate()
+        """A forced redraw repaints every data item, even those whose pixels would not change
+        (each builds what it draws again, or takes it back from its ``ZoomMemo``).
+
+        The lanes name their data items: scanning the scene's ~200 items for them cost more
+        than invalidating them (docs/redraw.md, session 7).
+        """
+        for item in (*self.heat.data_items(), *self.tokens.data_items(), *self.memory.data_items()):
+            item.invalidate()
 
     def _set_record(self, record) -> None:
         self.record = record

@@ -241,3 +241,48 @@ def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
         cx, cy = c.getData()
         assert np.array_equal(cx, x) and np.array_equal(cy, y, equal_nan=True)
     assert [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions._rects] == live_rects
+
+
+def test_a_zoom_back_out_draws_what_a_fresh_redraw_draws(qtbot):
+    """Curves, heatmap, grid and axes keep what they drew for the last few views (a zoom, then Fit,
+    finds the full view's paths): every frame equals a new widget's first frame, also after the
+    record changed under the same view."""
+    from PySide6 import QtGui
+
+    from kvinspect.gui.plots import PlotsWidget
+
+    rec, w = _shown_plots(qtbot, 20_000, 24)
+    other = synthetic_record(20_000, 24)
+    other.col("stored")[:] = other.col("stored") // 3  # same shape and views, other values
+    other.col("rss")[:] = other.col("rss")[::-1]
+
+    def show(widget, record, view):
+        if view is None:
+            widget.set_follow(True)
+        else:
+            widget.set_follow(False)
+            widget.heat.plot.setXRange(*view, padding=0)
+        widget.render(record, force=True)
+        widget.view.viewport().repaint()
+        return widget.view.grab().toImage()
+
+    def fresh(record, view) -> QtGui.QImage:
+        f = PlotsWidget()
+        qtbot.addWidget(f)
+        f.resize(1000, 600)
+        f.show()
+        qtbot.waitExposed(f)
+        f.render(record, force=True)
+        img = show(f, record, view)
+        f.close()
+        return img
+
+    paths = {}
+    for i, (record, view) in enumerate([(rec, None), (rec, (9_000, 11_000)), (rec, None), (rec, (9_000, 11_000)),
+                                        (rec, None), (other, None), (other, (9_000, 11_000)), (other, None)]):
+        assert show(w, record, view) == fresh(record, view), (i, view)
+        path = w.tokens.stored._path
+        if (record, view) in paths:
+            assert path is paths[(record, view)]  # taken back, not built again
+        paths.setdefault((record, view), path)
+    assert paths[(rec, None)] is not paths[(other, None)]
