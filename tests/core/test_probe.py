@@ -16,7 +16,7 @@ from kvinspect.core.cache.memory import MemorySampler
 from kvinspect.core.cache.observer import StepObserver
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.compat import cache_from_generate_output
-from kvinspect.core.errors import UnsupportedCacheError
+from kvinspect.core.errors import ModelSpecError, UnsupportedCacheError
 from kvinspect.core.model.catalog import builtin_names, find_builtin
 from kvinspect.core.session.chat import ChatSession, SessionOptions, check_cache_available
 from kvinspect.core.session.script import GenerationSettings
@@ -423,7 +423,10 @@ def test_memory_sampler_on_cpu_never_raises():
 
 @pytest.mark.parametrize("name,impl", [(n, None) for n in builtin_names() if n.startswith("tiny-")] + [("tiny-gemma3", "static")])
 def test_shapes_worked_out_once_per_kind_of_layer_are_each_layers_own(name, impl):
-    lm = load_cached(name)
+    try:
+        lm = load_cached(name)
+    except ModelSpecError as exc:  # a built-in this transformers cannot build (4.56: the 5.x-only shapes)
+        pytest.skip(str(exc))
     ids = torch.tensor([list(range(5, 25))])
     extra = {"cache_implementation": impl} if impl else {}
     with torch.inference_mode():

@@ -145,3 +145,25 @@ def test_a_representative_that_moves_is_read_in_full_after_the_next_device_check
     probe.check_devices()
     _, _, groups, row = probe.observe(cache, 1)
     assert row[2] == probe.devices.index("meta")
+
+
+def test_a_turn_begins_with_devices_and_rss_read_again():
+    lm = load_cached("tiny-llama")
+    ids = torch.tensor([list(range(5, 25))])
+    with torch.inference_mode():
+        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+                                pad_token_id=0, return_dict_in_generate=True)
+    cache = cache_from_generate_output(out)
+    probe = CacheProbe(lm.model.config)
+    memory = MemorySampler("cpu", rss_every_s=3600)
+    pipe = TurnPipeline(TraceRecord(probe.n_layers), probe, memory)
+    pipe.begin(TurnRecord(index=0))
+    for _ in range(3):
+        probe.observe(cache, 1)
+    memory.sample_tuple()
+    memory.rss = -5  # what a fresh read replaces
+    for layer in cache.layers:  # between turns the program moves the cache (nothing is pending)
+        layer.keys, layer.values = layer.keys.to("meta"), layer.values.to("meta")
+    pipe.begin(TurnRecord(index=1))
+    assert probe.observe(cache, 1)[3][2] == probe.devices.index("meta")
+    assert memory.sample_tuple()[0] > 0

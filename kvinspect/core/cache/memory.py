@@ -102,6 +102,10 @@ class MemorySampler:
             reserved += t.cuda.memory_reserved(d)
         return alloc, reserved
 
+    def expire(self) -> None:
+        """The next sample reads RSS again (a turn begins: the last reading may be from before it)."""
+        self._rss_due = self.rss_until = -1.0
+
     def _read_rss(self, now: float | None = None) -> int:
         if now is None:
             now = time.perf_counter()
@@ -143,7 +147,7 @@ class MemorySampler:
         return 0
 
     def rss_now(self) -> int:
-        self._rss_due = -1.0
+        self.expire()
         return self._read_rss()
 
     def describe(self) -> dict:

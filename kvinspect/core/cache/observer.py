@@ -84,8 +84,10 @@ def block(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np
 
     ``scalars`` is ``(len(samples), 7)`` float64 (which holds these integers exactly): t, cache id, query
     length, use_cache (-1: not given), RSS, accelerator allocated and reserved. The rest are
-    :func:`stack`'s. The usual block, every sample read by one grouping, is one ``fromiter`` for all
-    of it: it runs right after a forward, where each numpy call costs ten times its warm cost."""
+    :func:`stack`'s, except that where one group holds every layer they are ``(len(samples), 1)``:
+    assigning them to a record column broadcasts them. The usual block, every sample read by one
+    grouping, is one ``fromiter`` for all of it: it runs right after a forward, where each numpy call
+    costs ten times its warm cost."""
     k = len(samples)
     g = samples[0].groups if k else None
     if g is not None and all(s.groups is g and s._arrays is None for s in samples):
@@ -105,12 +107,13 @@ def stack(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np
     """The per-layer rows of many samples as four ``(len(samples), n)`` arrays, a run of one grouping at a time.
 
     A run of one grouping is one ``fromiter`` and one gather, and the four arrays are views of it (int64:
-    the record's columns take them as they are appended). Where one group holds every layer they are
-    ``(len(samples), 1)``: assigning them to a column broadcasts them."""
+    the record's columns take them as they are appended; read-only where one group holds every layer)."""
     k = len(samples)
     g = samples[0].groups if k else None
     if g is not None and all(s.groups is g and s._arrays is None for s in samples):
         full = _expand_run(samples, g)
+        if full.shape[1] != n:
+            full = np.broadcast_to(full, (k, n, 4))
         return full[..., 0], full[..., 1], full[..., 2], full[..., 3]
     seen = np.empty((k, n), dtype=np.int32)
     stored = np.empty((k, n), dtype=np.int32)

@@ -341,9 +341,9 @@ class CacheProbe:
                         raise IndexError
                     for i, rb, sliding, code in plain[2]:
                         layer = layers[i]
-                        rows = layer.keys.shape[2]
+                        _, _, rows, _ = layer.keys.shape  # (batch, heads, rows, head dim); else the general read
                         row += (layer.cumulative_length if sliding else rows, rows, code, rows * rb)
-                except (AttributeError, IndexError, TypeError):
+                except (AttributeError, IndexError, TypeError, ValueError):
                     pass  # a layer emptied or moved: the general read below decides
                 else:
                     return st.cache_id, False, plain[0], row

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 def own_ids(t):
     """Keep an id tensor without pinning a larger buffer: generate() feeds views of its growing sequence."""
-    base = getattr(t, "_base", None)
+    if t is None or not hasattr(t, "untyped_storage"):
+        return t
     try:
-        if base is not None:  # a view, as generate()'s are: two calls, not four (it runs every forward)
-            return t.clone() if base.numel() > 2 * t.numel() else t  # an async copy on accelerators: no sync
-        if t is not None and hasattr(t, "untyped_storage") and \
-                t.untyped_storage().nbytes() > 2 * t.numel() * t.element_size():
-            return t.clone()
+        if t.untyped_storage().nbytes() > 2 * t.numel() * t.element_size():
+            return t.clone()  # an async copy on accelerators: no sync
     except (RuntimeError, NotImplementedError):
         pass
     return t

@@ -123,6 +123,10 @@ class TurnPipeline:
         self.commit()
         self.turn = turn
         self.samples = []
+        # What the hook reuses between forwards is read again for each turn: the program may have
+        # moved the cache or allocated memory since the last one.
+        self.probe.check_devices()
+        self.memory.expire()
         # The turn's first block after one interval, not at its first forward (the clock ran on between turns).
         self._flush_at = time.perf_counter() + self._flush_every
         if self.owns_peak:
