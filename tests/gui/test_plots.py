@@ -286,3 +286,51 @@ def test_a_zoom_back_out_draws_what_a_fresh_redraw_draws(qtbot):
             assert path is paths[(record, view)]  # taken back, not built again
         paths.setdefault((record, view), path)
     assert paths[(rec, None)] is not paths[(other, None)]
+
+
+def test_curves_and_heatmap_from_windows_are_built_as_from_their_arrays(qtbot):
+    """A curve made from a pyramid window (``set_bins``: no checks for a zigzag, unordered or
+    non-finite x) has the path, fill and bounds ``setData`` builds from the same arrays; the
+    heatmap's indexed image has the colours of a lookup in its table."""
+    import pyqtgraph as pg
+    from PySide6 import QtGui
+
+    from kvinspect.gui.lane_items import pixel_size
+
+    rng = np.random.default_rng(7)
+
+    def elements(path):
+        return None if path is None else [(e.x, e.y, e.type) for e in (path.elementAt(i) for i in range(path.elementCount()))]
+
+    def drawn(c):
+        return elements(c._path), elements(c._fill), c._bounds.getRect()
+
+    rec, w = _shown_plots(qtbot, 20_000, 24)
+    for view in (None, (9_000, 11_000), (10_000, 10_300), (19_990, 20_010)):  # coarse bins, fine bins, raw steps
+        w.set_follow(view is None)
+        if view is not None:
+            w.heat.plot.setXRange(*view, padding=0)
+        w.render(rec, force=True)
+        for c in [w.tokens.seen, w.tokens.stored, *w.tokens.layer_curves.values(), *w.memory.stack.values(),
+                  w.memory.rss, w.memory.alloc, w.memory.reserved]:
+            before = drawn(c)
+            c.invalidate()
+            assert c.setData(*(a.copy() for a in c.getData()))
+            assert drawn(c) == before, (view, c.name())
+        c, px = w.tokens.seen, pixel_size(w.tokens.seen)
+        hi = np.linspace(0, 50 * px[1], 400)[:, None] + [[0.0, 3.0]]
+        for lo in (hi - 0.3 * px[1], hi - rng.uniform(0, 3 * px[1], hi.shape)):  # within a pixel; some not
+            for gaps in (False, True):
+                c.set_bins((100, 16, hi, lo), 1, 0, px, gaps=gaps)
+                before = drawn(c)
+                x, y = c.getData()
+                keep = np.ones(len(x), dtype=bool)
+                keep[0::2] = ~(np.abs(y[1::2] - y[0::2]) < px[1])  # a bin within a pixel: its high point only
+                assert before[0] == elements(pg.arrayToQPath(x[keep], y[keep], connect=c.opts["connect"]))
+                c.invalidate()
+                c.setData(*(a.copy() for a in c.getData()))
+                assert drawn(c) == before, gaps
+        img = w.heat.img
+        buf = img._lut.take(img._idx.T)
+        assert img._qimage == QtGui.QImage(buf.data, buf.shape[1], buf.shape[0], 4 * buf.shape[1],
+                                           QtGui.QImage.Format.Format_RGB32)

@@ -161,15 +161,14 @@ class Pyramid:
 
 def envelope(x0: int, stride: int, hi: np.ndarray, lo: np.ndarray | None, col: int):
     """x/y arrays for one column as a curve: raw points, or a min/max zigzag per bin (peak mode)."""
-    h = hi[:, col].astype(np.float64)
     if stride == 1 or lo is None:
+        h = hi[:, col].astype(np.float64)
         x = x0 + np.arange(len(h), dtype=np.float64) * stride + (stride - 1) / 2
         return x, h
-    l_ = lo[:, col].astype(np.float64)
-    xc = x0 + np.arange(len(h), dtype=np.float64) * stride + (stride - 1) / 2
+    xc = x0 + np.arange(len(hi), dtype=np.float64) * stride + (stride - 1) / 2
     x = np.repeat(xc, 2)
-    y = np.empty(2 * len(h))
-    y[0::2], y[1::2] = l_, h
+    y = np.empty(2 * len(hi))
+    y[0::2], y[1::2] = lo[:, col], hi[:, col]  # (astype's cast, without its two copies)
     return x, y
 
 
