@@ -126,14 +126,19 @@ def test_dynamic_caches_are_read_inline_after_their_second_forward(name):
     assert plain is not None and plain[0] is samples[-1].groups, "the hook read every group through the general path"
 
 
-def test_a_representative_that_moves_is_read_in_full_after_the_next_device_check():
+def _llama_cache():
+    """A tiny-llama cache after a short generation, and a probe that has not seen it."""
     lm = load_cached("tiny-llama")
     ids = torch.tensor([list(range(5, 25))])
     with torch.inference_mode():
         out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
                                 pad_token_id=0, return_dict_in_generate=True)
     cache = cache_from_generate_output(out)
-    probe = CacheProbe(lm.model.config)
+    return cache, CacheProbe(lm.model.config)
+
+
+def test_a_representative_that_moves_is_read_in_full_after_the_next_device_check():
+    cache, probe = _llama_cache()
     for _ in range(3):  # first sight, the grouped read that prepares the inline one, the inline read
         _, _, groups, row = probe.observe(cache, 1)
     assert probe._last[1].plain is not None and row[2] == probe.devices.index("cpu")
@@ -148,13 +153,7 @@ def test_a_representative_that_moves_is_read_in_full_after_the_next_device_check
 
 
 def test_a_turn_begins_with_devices_and_rss_read_again():
-    lm = load_cached("tiny-llama")
-    ids = torch.tensor([list(range(5, 25))])
-    with torch.inference_mode():
-        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
-                                pad_token_id=0, return_dict_in_generate=True)
-    cache = cache_from_generate_output(out)
-    probe = CacheProbe(lm.model.config)
+    cache, probe = _llama_cache()
     memory = MemorySampler("cpu", rss_every_s=3600)
     pipe = TurnPipeline(TraceRecord(probe.n_layers), probe, memory)
     pipe.begin(TurnRecord(index=0))
