@@ -90,17 +90,15 @@ def block(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np
     costs ten times its warm cost."""
     k = len(samples)
     g = samples[0].groups if k else None
-    if g is not None and all(s.groups is g and s._arrays is None for s in samples):
-        w = 7 + 4 * len(g.reps)
-        flat = np.fromiter(chain.from_iterable((s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache,
-                                                s.rss, s.accel_allocated, s.accel_reserved, *s.reps) for s in samples),
-                           np.float64, k * w).reshape(k, w)
-        full = g.expand(flat[:, 7:].reshape(k, -1, 4))
-        return flat[:, :7], full[..., 0], full[..., 1], full[..., 2], full[..., 3]
-    scalars = np.fromiter(chain.from_iterable((s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache,
-                                               s.rss, s.accel_allocated, s.accel_reserved) for s in samples),
-                          np.float64, 7 * k).reshape(k, 7)
-    return (scalars, *stack(samples, n))
+    one = g is not None and all(s.groups is g and s._arrays is None for s in samples)
+    w = 7 + 4 * len(g.reps) if g is not None and one else 7
+    flat = np.fromiter(chain.from_iterable((s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache,
+                                            s.rss, s.accel_allocated, s.accel_reserved, *(s.reps if one else ()))
+                                           for s in samples), np.float64, k * w).reshape(k, w)
+    if g is None or not one:
+        return (flat, *stack(samples, n))
+    full = g.expand(flat[:, 7:].reshape(k, -1, 4))
+    return flat[:, :7], full[..., 0], full[..., 1], full[..., 2], full[..., 3]
 
 
 def stack(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

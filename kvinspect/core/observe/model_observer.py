@@ -40,7 +40,6 @@ from kvinspect.core.observe.turns import (
     generate_result_ids,
     generate_settings,
     manual_boundary,
-    on_stack,
     outermost_frame,
     user_location,
 )
@@ -152,8 +151,16 @@ class ModelObserver:
                         self.time_in_pre_hook += perf_counter() - t0
                         return None
                     f = f.f_back
-        self._guarded_before(args, kwargs, t0)
+        try:
+            self._before_forward(args, kwargs, t0)
+        except Exception as exc:  # noqa: BLE001 - never break the observed program
+            self._fail(exc)
+        self.time_in_pre_hook += perf_counter() - t0
         return None
+
+    def before_forward(self, args, kwargs) -> None:
+        """Turn bookkeeping before a forward pass runs, for a caller that hooks the forward itself; never raises."""
+        self._pre_hook(None, args, kwargs)
 
     def _fail(self, exc: BaseException) -> None:
         msg = exc_line(exc)
@@ -162,25 +169,6 @@ class ModelObserver:
         self.steps.enabled = False
         log.warning("kvinspect stopped observing %s after an internal error: %s", type(self.model).__name__, msg)
         log.debug("observer error", exc_info=exc)
-
-    def before_forward(self, args, kwargs) -> None:
-        """Turn bookkeeping before a forward pass runs; never raises."""
-        if not self.enabled:
-            return
-        t0 = perf_counter()
-        cur = self.turn
-        if cur is not None and cur.gen_frame is not None and self._pending_label is None \
-                and on_stack(cur.gen_frame, depth=2):
-            self.time_in_pre_hook += perf_counter() - t0
-            return  # another forward of the open generate() turn (see _pre_hook)
-        self._guarded_before(args, kwargs, t0)
-
-    def _guarded_before(self, args, kwargs, t0: float) -> None:
-        try:
-            self._before_forward(args, kwargs, t0)
-        except Exception as exc:  # noqa: BLE001 - never break the observed program
-            self._fail(exc)
-        self.time_in_pre_hook += perf_counter() - t0
 
     def _before_forward(self, args, kwargs, t0: float) -> None:
         cur = self.turn

@@ -58,16 +58,6 @@ def outermost_frame(codes: frozenset, depth: int = 2):
     return found
 
 
-def on_stack(frame, depth: int = 2) -> bool:
-    """Whether ``frame`` is on this thread's stack (from the caller's ``depth``-th frame up)."""
-    f: FrameType | None = sys._getframe(depth)
-    while f is not None:
-        if f is frame:
-            return True
-        f = f.f_back
-    return False
-
-
 def frame_running(frame, thread_id: int) -> bool:
     """Whether ``frame`` is still on the stack of thread ``thread_id`` (from any thread)."""
     f = sys._current_frames().get(thread_id)
