@@ -1,7 +1,7 @@
 """The per-step rows: what the hook keeps, and the blocks in which the pipeline appends them to the record.
 
 The hook keeps a grouped read's few numbers and the record takes forwards in blocks
-(:func:`kvinspect.core.cache.observer.stack`, ``TurnPipeline.commit``). These tests run real
+(:func:`kvinspect.core.cache.observer.block`, ``TurnPipeline.commit``). These tests run real
 generations on tiny built-ins and compare every recorded row with a full read of every layer taken
 at the same forward by a second, ungrouped probe.
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kvinspect.core.cache.memory import MemorySampler
-from kvinspect.core.cache.observer import StepObserver, stack
+from kvinspect.core.cache.observer import StepObserver, block
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.compat import cache_from_generate_output
 from kvinspect.core.detect.detectors import TurnContext
@@ -86,11 +86,23 @@ def test_a_second_cache_built_the_same_way_is_read_by_group_from_its_first_forwa
     assert probe.snapshot(pipe.last_cache).to_dict()["layers"] == fresh.snapshot(pipe.last_cache).to_dict()["layers"]
 
 
-def test_a_block_mixes_full_reads_and_groupings():
-    _, _, _, truth, samples, _ = _observed_generation("tiny-gemma3")
-    got = stack(samples, len(truth[0][0]))
-    for k in range(4):
-        assert np.array_equal(got[k], np.stack([t[k] for t in truth]))
+# Groups in slices (gemma3), in index lists (gemma2), layers without a read (gemma3n's shared ones).
+@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-llama", "tiny-gemma2", "tiny-gemma3n"])
+def test_a_block_mixes_full_reads_and_groupings(name):
+    """One block of a full read, two groupings' runs and a sample whose own arrays were built, in any order."""
+    _, _, _, truth, samples, _ = _observed_generation(name)
+    later = _observed_generation(name)  # a second cache: a grouping of its own
+    samples, truth = samples + later[4], truth + later[3]
+    samples[5].arrays  # noqa: B018 - built by a reader before the block: the block takes its arrays
+    order = [0, *range(20, len(samples)), 1, 2, 3, 4, 5, *range(6, 20)]
+    record = TraceRecord(len(truth[0][0]))
+    for chunk in (order[:7], order[7:]):
+        t, cols, parts = block([samples[i] for i in chunk])
+        record.append_steps(t, {**cols, "turn": 3}, parts)
+    for k, col in enumerate(("seen", "stored", "dev", "nbytes")):
+        assert np.array_equal(record.col(col), np.stack([truth[i][k] for i in order])), col
+    assert list(record.q_len) == [samples[i].q_len for i in order] and set(record.turn) == {3}
+    assert np.array_equal(record.t, np.array([samples[i].t for i in order]) - samples[order[0]].t)
 
 
 def test_the_record_takes_a_block_at_most_every_pending_max_forwards(monkeypatch):

@@ -18,7 +18,7 @@ NA = -1
 class LayerGroups:
     """Which layers the per-step read takes, and which layer each series entry copies."""
 
-    __slots__ = ("members", "reps", "of_layer", "rep_readers", "_every_layer_read")
+    __slots__ = ("members", "reps", "of_layer", "rep_readers", "targets")
 
     def __init__(self, members: list[list[int]], n: int, readers: list | None = None):
         self.members = members
@@ -30,7 +30,12 @@ class LayerGroups:
         for g, m in enumerate(members):
             of[m] = g
         self.of_layer = of
-        self._every_layer_read = bool((of < len(members)).all())
+        #: Where each group's numbers go in a record row (a slice where its layers are contiguous), and
+        #: the layers without a read, whose numbers are ``(NA, NA, -1, 0)``.
+        self.targets: list = [_index(m) for m in members]
+        unread = np.flatnonzero(of == len(members))
+        if len(unread):
+            self.targets.append(_index(unread.tolist()))
 
     @classmethod
     def build(cls, shapes, readers, row_bytes: dict[int, int], seen, stored, dev, nbytes) -> LayerGroups | None:
@@ -55,19 +60,21 @@ class LayerGroups:
         a = np.array([*reps, NA, NA, -1, 0], dtype=np.int64).reshape(-1, 4)[self.of_layer]
         return a[:, 0].astype(np.int32), a[:, 1].astype(np.int32), a[:, 2].astype(np.int8), a[:, 3].copy()
 
-    def expand(self, reps: np.ndarray) -> np.ndarray:
-        """Many forwards at once: ``reps`` of shape ``(k, groups, 4)`` to ``(k, layers, 4)`` (seen, stored, dev, bytes),
-        or ``reps`` itself when one group holds every layer: assigned to a ``(k, layers)`` column, numpy broadcasts it."""
-        k, g, _ = reps.shape  # reps.reshape(k, groups, 4) of k reads' ``reps`` one after the other
-        # Right after a forward every numpy call costs ten times its warm cost: the fewest, simplest ones.
-        if g == 1 and self._every_layer_read:
-            return reps
-        if self._every_layer_read:
-            return np.take(reps, self.of_layer, axis=1)
-        ext = np.empty((k, g + 1, 4), dtype=reps.dtype)
-        ext[:, :g] = reps
-        ext[:, g] = (NA, NA, -1, 0)  # layers without a read: shared, beyond the cache
-        return np.take(ext, self.of_layer, axis=1)
+    def parts(self, columns: list[tuple], first: int, end: int) -> list[tuple]:
+        """The rows ``first:end`` of a block, read by this grouping, as the record's ``append_steps`` takes them:
+        ``(first, end, layers, (seen, stored, dev, bytes))`` per group, each value one number per row,
+        which numpy broadcasts over the group's layers. ``columns``: ``zip(*reps)`` of the rows' ``reps``."""
+        out = [(first, end, where, columns[4 * g:4 * g + 4]) for g, where in enumerate(self.targets[: len(self.members)])]
+        if len(self.targets) > len(self.members):
+            out.append((first, end, self.targets[-1], (NA, NA, -1, 0)))
+        return out
+
+
+def _index(layers: list[int]):
+    """A slice where ``layers`` are contiguous (a cheaper assignment than a list of indices)."""
+    if layers == list(range(layers[0], layers[-1] + 1)):
+        return slice(layers[0], layers[-1] + 1)
+    return np.asarray(layers, dtype=np.intp)
 
 
 def kind_groups(rows) -> list[list[int]]:

@@ -10,7 +10,6 @@ to a sink. Measured cost: tens of microseconds per forward.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import chain
 from time import perf_counter
 from typing import Any
 
@@ -27,8 +26,8 @@ class StepSample:
 
     The hook runs right after the forward has flushed the CPU caches, so it keeps a grouped read's
     few representative numbers (``reps``: the groups' seen, stored, device codes and bytes, in one
-    list) and builds the per-layer arrays only when asked: one sample at the end of a turn, or
-    many at once (:func:`stack`) when the pipeline appends steps to the record.
+    list) and builds the per-layer arrays only when asked (one sample at the end of a turn); the
+    pipeline appends many at once to the record as a :func:`block`.
     """
 
     __slots__ = ("t", "cache_id", "new_cache", "q_len", "use_cache", "rss", "accel_allocated", "accel_reserved",
@@ -79,67 +78,37 @@ class StepSample:
         return self.arrays[3]
 
 
-def block(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Many samples as the record takes them: ``(scalars, seen, stored, dev, nbytes)``.
+def block(samples: list[StepSample]) -> tuple[tuple, dict[str, tuple], list[tuple]]:
+    """Many samples as the record's ``append_steps`` takes them: ``(t, scalar columns, per-layer parts)``.
 
-    ``scalars`` is ``(len(samples), 7)`` float64 (which holds these integers exactly): t, cache id, query
-    length, use_cache (-1: not given), RSS, accelerator allocated and reserved. The rest are
-    :func:`stack`'s, except that where one group holds every layer they are ``(len(samples), 1)``:
-    assigning them to a record column broadcasts them. The usual block, every sample read by one
-    grouping, is one ``fromiter`` for all of it: it runs right after a forward, where each numpy call
-    costs ten times its warm cost."""
+    Python tuples and lists, not numpy arrays: this runs right after a forward, where each numpy call
+    costs ten times its warm cost, and a list assigned to a record column is one call where an array
+    built first and then assigned is two or three. The parts are ``(first, end, layers, (seen, stored,
+    dev, bytes))``: a run of samples read by one grouping is a part per group
+    (:meth:`~.layer_groups.LayerGroups.parts`), a sample read in full a part of its own, whose ``end``
+    is None and whose values are its per-layer arrays."""
+    t, cache_id, q_len, use_cache, rss, alloc, reserved = zip(*[
+        (s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache, s.rss, s.accel_allocated,
+         s.accel_reserved) for s in samples])
+    parts: list[tuple] = []
     k = len(samples)
-    g = samples[0].groups if k else None
-    one = g is not None and all(s.groups is g and s._arrays is None for s in samples)
-    w = 7 + 4 * len(g.reps) if g is not None and one else 7
-    flat = np.fromiter(chain.from_iterable((s.t, s.cache_id, s.q_len, -1 if s.use_cache is None else s.use_cache,
-                                            s.rss, s.accel_allocated, s.accel_reserved, *(s.reps if one else ()))
-                                           for s in samples), np.float64, k * w).reshape(k, w)
-    if g is None or not one:
-        return (flat, *stack(samples, n))
-    full = g.expand(flat[:, 7:].reshape(k, -1, 4))
-    return flat[:, :7], full[..., 0], full[..., 1], full[..., 2], full[..., 3]
-
-
-def stack(samples: list[StepSample], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The per-layer rows of many samples as four ``(len(samples), n)`` arrays, a run of one grouping at a time.
-
-    A run of one grouping is one ``fromiter`` and one gather, and the four arrays are views of it (int64:
-    the record's columns take them as they are appended; read-only where one group holds every layer)."""
-    k = len(samples)
-    g = samples[0].groups if k else None
-    if g is not None and all(s.groups is g and s._arrays is None for s in samples):
-        full = _expand_run(samples, g)
-        if full.shape[1] != n:
-            full = np.broadcast_to(full, (k, n, 4))
-        return full[..., 0], full[..., 1], full[..., 2], full[..., 3]
-    seen = np.empty((k, n), dtype=np.int32)
-    stored = np.empty((k, n), dtype=np.int32)
-    dev = np.empty((k, n), dtype=np.int8)
-    nbytes = np.empty((k, n), dtype=np.int64)
     j = 0
     while j < k:
         g = samples[j].groups
         if g is None or samples[j]._arrays is not None:
-            seen[j], stored[j], dev[j], nbytes[j] = samples[j].arrays
+            parts.append((j, None, _EVERY_LAYER, samples[j].arrays))
             j += 1
             continue
         e = j + 1
         while e < k and samples[e].groups is g and samples[e]._arrays is None:
             e += 1
-        full = _expand_run(samples[j:e], g)
-        seen[j:e], stored[j:e], dev[j:e], nbytes[j:e] = full[..., 0], full[..., 1], full[..., 2], full[..., 3]
+        parts += g.parts(list(zip(*[s.reps for s in samples[j:e]])), j, e)
         j = e
-    return seen, stored, dev, nbytes
+    return t, {"cache_id": cache_id, "q_len": q_len, "use_cache": use_cache, "rss": rss, "accel_allocated": alloc,
+               "accel_reserved": reserved}, parts
 
 
-def _expand_run(run: list[StepSample], g: LayerGroups) -> np.ndarray:
-    """``(len(run), layers, 4)``: seen, stored, device codes and bytes of samples read by the grouping ``g``."""
-    width = len(g.reps)
-    flat = np.fromiter(chain.from_iterable(s.reps for s in run), np.int64, len(run) * 4 * width)
-    return g.expand(flat.reshape(len(run), width, 4))
-
-
+_EVERY_LAYER = slice(None)
 _dict_get = dict.get
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from kvinspect.core import compat, env
 from kvinspect.core.cache import layer_kinds
 from kvinspect.core.cache.memory import MemorySampler
-from kvinspect.core.cache.observer import StepObserver, StepSample
+from kvinspect.core.cache.observer import StepObserver
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, detect_turn
 from kvinspect.core.detect.events import TURN_STOPPED, Event
@@ -202,7 +202,7 @@ class ChatSession:
             out.append(callback_sink(on_event=on_event))
         self.pipeline = TurnPipeline(self.record, self.probe, self.memory, out, flush_every_s=flush_every_s,
                                      max_positions=self.max_positions)
-        self.observer = StepObserver(self.model, self.probe, self._on_sample, self.memory).attach()
+        self.observer = StepObserver(self.model, self.probe, self.pipeline.step, self.memory).attach()
         self.observer.enabled = False
         self.history: list[dict] = []
         self.cache = None
@@ -289,11 +289,6 @@ class ChatSession:
     def _effective_generation_config(self) -> dict:
         with self._generation_config_scope():
             return env.generation_config(self.model)
-
-    # -- observer sink ----------------------------------------------------------------------
-    def _on_sample(self, s: StepSample) -> None:
-        if self.pipeline.turn is not None:
-            self.pipeline.step(s)
 
     # -- cache preparation --------------------------------------------------------------------
     @property

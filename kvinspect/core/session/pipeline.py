@@ -135,8 +135,10 @@ class TurnPipeline:
 
     def step(self, s: StepSample) -> None:
         """One forward of the open turn: kept now, in the record within ``PENDING_MAX`` forwards or the flush
-        interval, whichever comes first, and to the other sinks at each flush."""
-        assert self.turn is not None, "a step outside a turn"
+        interval, whichever comes first, and to the other sinks at each flush. A forward outside a turn is not kept
+        (ChatSession's observer is the hook's sink between its turns too)."""
+        if self.turn is None:
+            return
         s.cache = None  # samples never keep a cache alive
         self.samples.append(s)
         pending = self._pending
@@ -154,12 +156,9 @@ class TurnPipeline:
         assert turn is not None, "steps outside a turn"
         self.probe.check_devices()
         self.stream.devices(self.probe.devices)
-        sc, seen, stored, dev, nbytes = block(pending, self.record.n_layers)
-        self.record.append_steps(sc[:, 0], {
-            "turn": turn.index, "cache_id": sc[:, 1], "q_len": sc[:, 2], "use_cache": sc[:, 3], "rss": sc[:, 4],
-            "accel_allocated": sc[:, 5], "accel_reserved": sc[:, 6],
-            "seen": seen, "stored": stored, "dev": dev, "nbytes": nbytes,
-        })
+        t, cols, parts = block(pending)
+        cols["turn"] = turn.index
+        self.record.append_steps(t, cols, parts)
 
     def token(self, text: str) -> None:
         if self.turn is not None and text:

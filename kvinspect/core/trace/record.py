@@ -8,6 +8,7 @@ free except when a buffer doubles. Readers take views (``record.seen``) sized to
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -160,11 +161,15 @@ class TraceRecord:
             self.version += 1
             return i
 
-    def append_steps(self, t: np.ndarray, cols: dict[str, Any]) -> None:
-        """Append live forwards in one block: ``t`` in ``perf_counter`` seconds, ``cols`` every other column.
+    def append_steps(self, t, cols: dict[str, Any], parts: Iterable[tuple] = ()) -> None:
+        """Append live forwards in one block: ``t`` in ``perf_counter`` seconds, ``cols`` other columns
+        (sequences, arrays or one value each), ``parts`` per-layer values for some rows and layers.
 
-        The turn pipeline calls this every few forwards rather than once per forward (see
-        docs/probe.md): a block costs a few numpy operations, a row the same few.
+        A part is ``(first, end, layers, (seen, stored, dev, nbytes))``: rows ``first:end`` of the block and
+        ``layers`` (a slice or an index array of the layer axis) take one number per row from each value,
+        or, where ``end`` is None, row ``first`` takes the values as they are
+        (:func:`kvinspect.core.cache.observer.block`). The turn pipeline calls this every few forwards
+        rather than once per forward (see docs/probe.md).
         """
         k = len(t)
         if not k:
@@ -177,9 +182,19 @@ class TraceRecord:
                     g.reserve(i + k)
             if self.t0 is None:
                 self.t0 = float(t[0])
-            c["t"].buf[i : i + k] = t - self.t0
+            t0 = self.t0
+            c["t"].buf[i : i + k] = t - t0 if isinstance(t, np.ndarray) else [x - t0 for x in t]
             for name, v in cols.items():
                 c[name].buf[i : i + k] = v
+            layer_bufs = (c["seen"].buf, c["stored"].buf, c["dev"].buf, c["nbytes"].buf)
+            for first, end, layers, values in parts:
+                if end is None:
+                    for buf, v in zip(layer_bufs, values):
+                        buf[i + first, layers] = v
+                    continue
+                rows = slice(i + first, i + end)
+                for buf, v in zip(layer_bufs, values):
+                    buf[rows].T[layers] = v  # transposed: one number per row, broadcast over ``layers``
             for g in self._order:  # lengths last: a lock-free reader never sees a half-written row
                 g.n = i + k
             self.version += 1
