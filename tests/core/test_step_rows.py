@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kvinspect.core.cache.memory import MemorySampler
-from kvinspect.core.cache.observer import StepObserver, block
+from kvinspect.core.cache.observer import StepObserver, StepSample, block
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.compat import cache_from_generate_output
 from kvinspect.core.detect.detectors import TurnContext
@@ -68,6 +68,17 @@ def test_recorded_rows_equal_a_full_read_of_every_layer(name):
     assert list(record.q_len) == [70] + [1] * (NEW - 1)
     assert set(record.cache_id) == {samples[0].cache_id} and record.use_cache.min() == 1
     assert (record.rss > 0).all() and (np.diff(record.t) >= 0).all()
+
+
+def test_the_hook_fills_every_field_of_a_grouped_sample():
+    """The hook sets a grouped sample's fields itself (no __init__): every slot, as the constructor would."""
+    _, _, _, _, samples, _ = _observed_generation("tiny-gemma3")
+    s = samples[-1]
+    assert s.groups is not None
+    made = StepSample(s.t, s.cache_id, s.new_cache, s.q_len, s.use_cache, rss=s.rss, accel_allocated=s.accel_allocated,
+                      accel_reserved=s.accel_reserved, input_ids=s.input_ids, cache=s.cache, groups=s.groups,
+                      reps=s.reps)
+    assert {k: getattr(s, k) for k in StepSample.__slots__} == {k: getattr(made, k) for k in StepSample.__slots__}
 
 
 @pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-llama"])

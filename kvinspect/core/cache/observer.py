@@ -110,6 +110,7 @@ def block(samples: list[StepSample]) -> tuple[tuple, dict[str, tuple], list[tupl
 
 _EVERY_LAYER = slice(None)
 _dict_get = dict.get
+_new = object.__new__
 
 
 class StepObserver:
@@ -188,9 +189,11 @@ class StepObserver:
         if groups is None:
             sample = StepSample(t0, cache_id, new, q_len, use_cache, row[0], row[1], row[2], row[3], rss, alloc, reserved,
                                 ids, cache)
-        else:
-            sample = StepSample(t0, cache_id, new, q_len, use_cache, None, None, None, None, rss, alloc, reserved,
-                                ids, cache, groups, row)
+        else:  # StepSample's fields set here, without its __init__'s frame and arguments: 2 µs of 20, cold
+            sample = _new(StepSample)
+            sample.t, sample.cache_id, sample.new_cache, sample.q_len, sample.use_cache = t0, cache_id, new, q_len, use_cache
+            sample.rss, sample.accel_allocated, sample.accel_reserved = rss, alloc, reserved
+            sample.input_ids, sample.cache, sample.groups, sample.reps, sample._arrays = ids, cache, groups, row, None
         self.calls += 1
         self.sink(sample)
         self.time_in_hook += perf_counter() - t0
