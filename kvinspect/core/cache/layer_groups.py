@@ -64,7 +64,8 @@ class LayerGroups:
         """The rows ``first:end`` of a block, read by this grouping, as the record's ``append_steps`` takes them:
         ``(first, end, layers, (seen, stored, dev, bytes))`` per group, each value one number per row,
         which numpy broadcasts over the group's layers. ``columns``: ``zip(*reps)`` of the rows' ``reps``."""
-        out = [(first, end, where, columns[4 * g:4 * g + 4]) for g, where in enumerate(self.targets[: len(self.members)])]
+        out: list[tuple] = [(first, end, where, columns[4 * g:4 * g + 4])
+                            for g, where in enumerate(self.targets[: len(self.members)])]
         if len(self.targets) > len(self.members):
             out.append((first, end, self.targets[-1], (NA, NA, -1, 0)))
         return out

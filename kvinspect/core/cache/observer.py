@@ -78,7 +78,7 @@ class StepSample:
         return self.arrays[3]
 
 
-def block(samples: list[StepSample]) -> tuple[tuple, dict[str, tuple], list[tuple]]:
+def block(samples: list[StepSample]) -> tuple[tuple, dict[str, Any], list[tuple]]:
     """Many samples as the record's ``append_steps`` takes them: ``(t, scalar columns, per-layer parts)``.
 
     Python tuples and lists, not numpy arrays: this runs right after a forward, where each numpy call
