@@ -20,6 +20,7 @@ few seconds.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -46,6 +47,9 @@ EOF_GRACE_S = 5.0
 def serve(*, heartbeat_s: float = P.HEARTBEAT_S) -> int:
     """Take stdin/stdout, greet, and serve requests until shutdown or end of input. Returns the exit status."""
     inp, out = take_stdio()
+    # A fatal signal (an abort in a native library, a crash at exit) leaves every thread's Python stack on
+    # stderr, which the window keeps in its log: the one trace of an engine that died without a word.
+    faulthandler.enable()
 
     def broken() -> None:
         os._exit(0)  # nobody reads us any more: nothing left to do
@@ -104,6 +108,11 @@ class Engine:
                 self._close_session()
             except Exception:  # noqa: BLE001 - exiting anyway
                 log.exception("closing the session failed")
+            # The model is freed here, on this thread. The reader and heartbeat threads hold this engine
+            # through their targets until they end, and the last one to drop it would free the model's
+            # tensors while the interpreter finalizes: torch's dealloc waits for the GIL there, Python ends
+            # the thread, and the unwind through torch's frames aborts the process (exit status -6).
+            self.loaded = None
             self.out.close()
         return 0
 

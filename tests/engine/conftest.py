@@ -87,10 +87,14 @@ class EngineChild:
             except OSError:
                 pass
             try:
-                return self.proc.wait(timeout=60)
+                self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        return self.proc.wait()
+        rc = self.proc.wait()
+        if rc < 0:  # killed by a signal: the engine's last words (faulthandler's stacks) go with a failing test's output
+            print(f"the engine ended by signal {-rc}; its stderr ends with: {self.stderr[-4000:].decode(errors='replace')}",
+                  file=sys.stderr)
+        return rc
 
 
 @pytest.fixture
