@@ -10,6 +10,9 @@ Why not pyqtgraph's ``PlotDataItem``/``ImageItem`` (docs/redraw.md has the profi
   pixel or more; with the item cached as a pixmap, an unchanged item costs a blit;
 * on a live frame only a window's last bin can move (``WindowPrefix``): ``Curve.set_bins``
   compares those few points and makes the curve's arrays only when it is redrawn or read;
+* in a whole run's view every bin lies within a pixel and only its high point is drawn: the
+  curve is then made from the bins' centres and highs (``Curve._set_within``), its zigzag and
+  quantised key only when they are asked for;
 * the heatmap maps stored lengths to the 256 colours itself (one numpy take) and uploads a new
   image only when a cell's colour changed;
 * each item keeps what it drew for its last few views (``ZoomMemo``: a path, an image, an
@@ -21,6 +24,7 @@ Why not pyqtgraph's ``PlotDataItem``/``ImageItem`` (docs/redraw.md has the profi
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -50,6 +54,15 @@ def pixel_size(item: pg.GraphicsObject) -> tuple[float, float] | None:
         return None
     pw, ph = (x1 - x0) / w, (y1 - y0) / h
     return (pw, ph) if pw > 0 and ph > 0 and math.isfinite(pw) and math.isfinite(ph) else None
+
+
+@functools.lru_cache(maxsize=8)
+def bin_centres(x0: int, stride: int, n: int) -> np.ndarray:
+    """x of ``n`` bins of ``stride`` steps from ``x0``, as ``series.envelope``'s (read-only: the
+    curves of one window share it)."""
+    x = x0 + np.arange(n, dtype=np.float64) * stride + (stride - 1) / 2
+    x.flags.writeable = False
+    return x
 
 
 def stroke_offsets(width: float) -> list[tuple[int, int]]:
@@ -192,18 +205,20 @@ class Curve(pg.GraphicsObject):
         ``per``: ``x`` is ``series.envelope``'s with this many points a bin (ascending, finite), so
         the path is built without the checks for a zigzag, unordered or non-finite ``x``.
         """
-        self._pending = None
-        self._x = np.asarray(x, dtype=np.float64)
-        self._y = np.asarray(y, dtype=np.float64)
         if connect is not None:
             self.opts["connect"] = connect
         px = px or pixel_size(self)
+        meta = (px, self.opts["connect"])
+        old = self._key
+        if old is not None and old[1] is None and old[0] == meta:
+            self._key_of()  # (made from the arrays it was drawn from, before they are replaced)
+        self._pending = None
+        self._x = np.asarray(x, dtype=np.float64)
+        self._y = np.asarray(y, dtype=np.float64)
         if px is None or not len(self._x):
             self._key = None
             self._rebuild(px, per)
             return True
-        meta = (px, self.opts["connect"])
-        old = self._key
         k = min(same_prefix, len(self._x), len(old[1])) if old is not None and old[0] == meta else 0
         qx = np.rint(self._x[k:] * (QUANTUM / px[0]))
         qy = np.rint(self._y[k:] * (QUANTUM / px[1]))
@@ -214,7 +229,7 @@ class Curve(pg.GraphicsObject):
             return False
         if k:
             qx, qy = np.concatenate([old[1][:k], qx]), np.concatenate([old[2][:k], qy])
-        self._key = (meta, qx, qy)
+        self._key = [meta, qx, qy]
         self._rebuild(px, per)
         return True
 
@@ -229,8 +244,10 @@ class Curve(pg.GraphicsObject):
         x0, stride, hi, lo = win
         old = self._key
         per = 2 if stride > 1 and lo is not None else 1
-        if same_prefix and px is not None and old is not None and old[0] == (px, self.opts["connect"]) \
-                and per * len(hi) == len(old[1]) and same_prefix <= len(old[1]):
+        meta = (px, self.opts["connect"])
+        if same_prefix and px is not None and old is not None and old[0] == meta \
+                and per * len(hi) == len(old[1] if old[1] is not None else self._key_of()[1]) \
+                and same_prefix <= len(old[1]):
             b0 = same_prefix // per
             sx, sy = QUANTUM / px[0], QUANTUM / px[1]
             xs, ys = [], []
@@ -259,20 +276,70 @@ class Curve(pg.GraphicsObject):
                     return False
                 self._restore(hit[1])
                 return True
+            if per == 2 and (old is None or old[0] != meta) and self._set_within(x0, stride, hi.dtype, data, gaps, px):
+                self._memo.put(memo_key, (data, self._drawn()))
+                return True
         x, y = envelope(*win, col)
         if gaps:
             y = np.where(y < 0, np.nan, y)
         changed = self.setData(x, y, same_prefix=same_prefix, px=px, per=per)
         if memo_key is not None:
-            self._memo.put(memo_key, (data, (self._x, self._y, self._key, self._path, self._fill, self._bounds)))
+            self._memo.put(memo_key, (data, self._drawn()))
         return changed
 
+    def _set_within(self, x0: int, stride: int, dtype, data: bytes, gaps: bool, px: tuple[float, float]) -> bool:
+        """``set_bins``' build when every bin is within a pixel, as in a whole run's view; False otherwise.
+
+        ``_rebuild`` then draws each bin's high point only: that curve is made from the bins' centres
+        and highs, without the zigzag, its quantised key or the finiteness checks (a bin within a
+        pixel has two finite points). The zigzag and the key are made from ``data`` (the window's
+        columns, a copy) when they are first asked for.
+        """
+        n = len(data) // (2 * np.dtype(dtype).itemsize)
+        if n < 2 or self.opts["connect"] not in ("all", "finite"):
+            return False
+        hi = np.frombuffer(data, dtype=dtype, count=n)
+        lo = np.frombuffer(data, dtype=dtype, offset=n * hi.itemsize)
+        y, low = hi.astype(np.float64, copy=False), lo.astype(np.float64, copy=False)
+        if gaps:
+            y, low = np.where(y < 0, np.nan, y), np.where(low < 0, np.nan, low)
+        if not np.abs(y - low).max() < px[1]:  # (a NaN or an infinity fails it too)
+            return False
+        x = bin_centres(x0, stride, n)
+        self.prepareGeometryChange()
+        self._pending = ((x0, stride, hi[:, None], lo[:, None]), 0, gaps)
+        self._key = [(px, self.opts["connect"]), None, None]
+        self._path = pg.arrayToQPath(x, y, connect="all", finiteCheck=False)
+        level = self.opts["fillLevel"]
+        self._fill = None
+        if level is not None and self.opts["fillBrush"] is not None:
+            fx = np.concatenate([x[:1], x, x[-1:]])
+            fy = np.concatenate([[level], y, [level]])
+            self._fill = pg.arrayToQPath(fx, fy, connect="all", finiteCheck=not math.isfinite(level))
+            self._fill.closeSubpath()
+        ys = y if level is None else np.append(y, level)
+        self._set_bounds(float(x[0]), float(x[-1]), float(ys.min()), float(ys.max()), px)
+        self.update()
+        return True
+
+    def _drawn(self) -> tuple:
+        return self._x, self._y, self._key, self._path, self._fill, self._bounds, self._pending
+
+    def _key_of(self) -> list | None:
+        """The key of what is drawn, its quantised points made on first use (``_set_within``)."""
+        key = self._key
+        if key is not None and key[1] is None:
+            self._materialise()
+            px = key[0][0]
+            key[1] = np.rint(self._x * (QUANTUM / px[0]))
+            key[2] = np.rint(self._y * (QUANTUM / px[1]))
+        return key
+
     def _restore(self, drawn: tuple) -> None:
-        self._pending = None
         bounds = drawn[5]
         if bounds != self._bounds:
             self.prepareGeometryChange()
-        self._x, self._y, self._key, self._path, self._fill, self._bounds = drawn
+        self._x, self._y, self._key, self._path, self._fill, self._bounds, self._pending = drawn
         self.update()
 
     def _materialise(self) -> None:
@@ -326,12 +393,13 @@ class Curve(pg.GraphicsObject):
             ys = y if finite else y[ok]
             ys = ys if level is None else np.append(ys, level)
             x0, x1 = (float(x[0]), float(x[-1])) if per else (float(x.min()), float(x.max()))
-            y0, y1 = float(ys.min()), float(ys.max())
-            px = px or (0.0, 0.0)
-            m = len(self._offsets) + 1  # the strokes reach this many pixels past the points
-            self._bounds = QtCore.QRectF(x0 - m * px[0], y0 - m * px[1], x1 - x0 + 2 * m * px[0],
-                                         y1 - y0 + 2 * m * px[1])
+            self._set_bounds(x0, x1, float(ys.min()), float(ys.max()), px)
         self.update()
+
+    def _set_bounds(self, x0: float, x1: float, y0: float, y1: float, px: tuple[float, float] | None) -> None:
+        px = px or (0.0, 0.0)
+        m = len(self._offsets) + 1  # the strokes reach this many pixels past the points
+        self._bounds = QtCore.QRectF(x0 - m * px[0], y0 - m * px[1], x1 - x0 + 2 * m * px[0], y1 - y0 + 2 * m * px[1])
 
     # -- painting -----------------------------------------------------------------------------
     def _set_strokes(self) -> None:

@@ -3,6 +3,7 @@ steps, layer kinds), overlays."""
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -35,6 +36,14 @@ class _Measure:
             self._cache[key] = self._metrics.boundingRect(rect, int(flags), text)
         return QtCore.QRectF(self._cache[key])
 
+    def label_size(self, text: str) -> tuple[float, float]:
+        """Width and height of a tick label as pyqtgraph's specs take them (its height × 0.8)."""
+        size = self._cache.get(text)
+        if size is None:
+            r = self._metrics.boundingRect(_PROBE, int(_CENTER), text)
+            size = self._cache[text] = (r.width(), r.height() * 0.8)
+        return size
+
 
 _H_ALIGN = QtCore.Qt.AlignmentFlag.AlignHorizontal_Mask
 _V_ALIGN = QtCore.Qt.AlignmentFlag.AlignVertical_Mask
@@ -44,6 +53,18 @@ _RIGHT_VCENTER = _A.AlignRight | _A.AlignVCenter | QtCore.Qt.TextFlag.TextDontCl
 _LEFT_VCENTER = _A.AlignLeft | _A.AlignVCenter | QtCore.Qt.TextFlag.TextDontClip
 _HCENTER_BOTTOM = _A.AlignHCenter | _A.AlignBottom | QtCore.Qt.TextFlag.TextDontClip
 _HCENTER_TOP = _A.AlignHCenter | _A.AlignTop | QtCore.Qt.TextFlag.TextDontClip
+_PROBE = QtCore.QRectF(0, 0, 100, 100)
+
+
+def _near(ordered: list[float], v: float, tol: float) -> bool:
+    """Whether some value of ``ordered`` is within ``tol`` of ``v`` (``np.abs(a - v) <= tol``)."""
+    j = bisect.bisect_left(ordered, v)
+    return (j < len(ordered) and abs(ordered[j] - v) <= tol) or (j > 0 and abs(ordered[j - 1] - v) <= tol)
+
+
+def _painter_size(p, text: str) -> tuple[float, float]:
+    r = p.boundingRect(_PROBE, _CENTER, text)
+    return r.width(), r.height() * 0.8
 
 
 class LaneAxis(pg.AxisItem):
@@ -61,20 +82,22 @@ class LaneAxis(pg.AxisItem):
 
     def tickValues(self, minVal, maxVal, size):
         """pyqtgraph's tick values; a tick already on a coarser level is dropped by the same test
-        (within 1 % of a spacing), without ``np.isclose``'s wrapper (a fifth of an axis' specs)."""
+        (within 1 % of a spacing). In plain Python, the same float operations as its numpy: an axis
+        has a dozen or two ticks, and a numpy call costs more than that many Python ones."""
         if self.logMode:
             return super().tickValues(minVal, maxVal, size)
         lo, hi = sorted((minVal, maxVal))
         lo, hi = lo * self.scale, hi * self.scale
         ticks = []
-        seen = np.zeros(0)
+        seen: list[float] = []  # sorted: the nearest coarser tick on each side decides
         for spacing, offset in self.tickSpacing(lo, hi, size):
             start = math.ceil((lo - offset) / spacing) * spacing + offset
-            values = (np.arange(int((hi - start) / spacing) + 1) * spacing + start) / self.scale
-            if len(seen):
-                values = values[~(np.abs(seen - values[:, None]) <= spacing / self.scale * 0.01).any(axis=-1)]
-            seen = np.concatenate([seen, values])
-            ticks.append((spacing / self.scale, values.tolist()))
+            values = [(i * spacing + start) / self.scale for i in range(int((hi - start) / spacing) + 1)]
+            if seen:
+                tol = spacing / self.scale * 0.01
+                values = [v for v in values if not _near(seen, v, tol)]
+            seen = sorted(seen + values)
+            ticks.append((spacing / self.scale, values))
         return ticks
 
     def generateDrawSpecs(self, p):
@@ -159,12 +182,15 @@ class LaneAxis(pg.AxisItem):
 
         text_offset = st["tickTextOffset"][axis]
         text_size2 = last_size2 = 0
-        text_rects: list[QtCore.QRectF] = []
-        text_specs = []
+        along: list[float] = []  # every measured label so far, as pyqtgraph's text_rects
         br = self.boundingRect()
+        bl, bt, bw, bh = br.getRect()
+        b_right, b_bottom = bl + bw, bt + bh
         far = max(0, st["tickLength"]) + text_offset
         align = {"left": _RIGHT_VCENTER, "right": _LEFT_VCENTER, "top": _HCENTER_BOTTOM}.get(o, _HCENTER_TOP)
-        probe = QtCore.QRectF(0, 0, 100, 100)
+        # Labels measured once per string (a _Measure), else through the painter as pyqtgraph does.
+        measure = p.label_size if isinstance(p, _Measure) else lambda s: _painter_size(p, s)
+        text_specs = []
         for i in range(min(len(levels), st["maxTextLevel"] + 1)):
             if level_strings is None:
                 spacing, values = levels[i]
@@ -173,45 +199,42 @@ class LaneAxis(pg.AxisItem):
                 strings = list(level_strings[i])
             if len(strings) == 0:
                 continue
-            rects: list[QtCore.QRectF | None] = []
-            for j, s in enumerate(strings):
-                if positions[i][j] is None:
-                    rects.append(None)
-                    continue
-                r = p.boundingRect(probe, _CENTER, s)
-                r.setHeight(r.height() * 0.8)  # (pyqtgraph: "usually just a bit too large")
-                rects.append(r)
-                text_rects.append(r)
-            if text_rects:
-                along = [r.height() for r in text_rects] if axis == 0 else [r.width() for r in text_rects]
-                across = [r.width() for r in text_rects] if axis == 0 else [r.height() for r in text_rects]
-                text_size, text_size2 = float(np.sum(along)), max(across)
-            else:
-                text_size, text_size2 = 0, 0
+            shown = [(x, s, *measure(s)) for x, s in zip(positions[i], strings) if x is not None]
+            if shown:
+                along += [h for _, _, _, h in shown] if axis == 0 else [w for _, _, w, _ in shown]
+                across = max(w for _, _, w, _ in shown) if axis == 0 else max(h for _, _, _, h in shown)
+                text_size2 = max(text_size2, across)
             if i > 0:
-                fill = float(text_size) / length_px
+                fill = float(np.sum(along)) / length_px if along else 0.0
                 if any(len(text_specs) >= n and fill >= limit for n, limit in st["textFillLimits"]):
                     break
             last_size2 = text_size2
-            for j, s in enumerate(strings):
-                r = rects[j]
-                if r is None:
-                    continue
-                x, h, w = positions[i][j], r.height(), r.width()
+            for x, s, w, h in shown:
                 if o == "left":
-                    rect = QtCore.QRectF(tick_stop - far - w, x - h / 2, w, h)
+                    left, top = tick_stop - far - w, x - h / 2
                 elif o == "right":
-                    rect = QtCore.QRectF(tick_stop + far, x - h / 2, w, h)
+                    left, top = tick_stop + far, x - h / 2
                 elif o == "top":
-                    rect = QtCore.QRectF(x - w / 2.0, tick_stop - far - h, w, h)
+                    left, top = x - w / 2.0, tick_stop - far - h
                 else:
-                    rect = QtCore.QRectF(x - w / 2.0, tick_stop + far, w, h)
-                if br & rect != rect:
+                    left, top = x - w / 2.0, tick_stop + far
+                rect = QtCore.QRectF(left, top, w, h)
+                # (pyqtgraph's `br & rect != rect`, which compares fuzzily, only where the plain
+                # test is not clear: an empty label, or one touching or crossing the bounds)
+                inside = w > 0 and h > 0 and bl < left and left + w < b_right and bt < top and top + h < b_bottom
+                if not inside and br & rect != rect:
                     continue
                 text_specs.append((rect, align, s))
         self._text_size2 = last_size2  # (what a memo hit tells _updateMaxTextSize again)
         self._updateMaxTextSize(last_size2)
         return axis_spec, tick_specs, text_specs
+
+    def pen(self) -> QtGui.QPen:
+        # pyqtgraph's copy through mkPen's type checks: a regeneration asks for two pens
+        return QtGui.QPen(self._pen) if isinstance(self._pen, QtGui.QPen) else super().pen()
+
+    def tickPen(self) -> QtGui.QPen:
+        return QtGui.QPen(self._tickPen) if isinstance(self._tickPen, QtGui.QPen) else super().tickPen()
 
     def _specs_key(self, font: QtGui.QFont) -> tuple:
         """Everything ``generateDrawSpecs`` reads, for ``paint``'s memo of recent specs."""
@@ -220,7 +243,17 @@ class LaneAxis(pg.AxisItem):
         return (tuple(self.range), self.mapRectFromParent(self.geometry()).getRect(), self.boundingRect().getRect(),
                 None if vt is None else (vt.m11(), vt.m12(), vt.m21(), vt.m22()), id(self._tickLevels),
                 repr(self._tickSpacing), self._tickDensity, self.scale, self.autoSIPrefixScale, self.logMode, pens,
-                font.key(), repr(sorted(self.style.items())))
+                font.key(), self._style_key())
+
+    def _style_key(self) -> str:
+        """``repr`` of the style, made again only when it changed (a fifth of the key's cost).
+
+        Compared with a copy of its lists, which pyqtgraph's ``setStyle`` changes in place."""
+        snap = self.__dict__.get("_style_snap")
+        if snap is None or snap[0] != self.style:
+            copy = {k: list(v) if isinstance(v, list) else v for k, v in self.style.items()}
+            snap = self._style_snap = (copy, repr(sorted(self.style.items())))
+        return snap[1]
 
     def _updateLabel(self):
         html = self.labelString()

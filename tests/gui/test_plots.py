@@ -153,6 +153,13 @@ def test_lane_axes_specs_are_pyqtgraphs(qtbot):
                 assert _specs(mine) == _specs(theirs), (ax.orientation, a, b)
                 compared += bool(mine[2])
     assert compared > 10  # labelled axes were compared, not only empty ones
+    ax = w.tokens.plot.getAxis("left")  # empty labels (no width: pyqtgraph's bounds test drops them)
+    lo, hi = ax.range
+    ax.setTicks([[(lo + (hi - lo) * f, s) for f, s in ((0.2, ""), (0.5, "half"), (0.8, ""))]])
+    mine = ax.generateDrawSpecs(_Measure({}, ax.style["tickFont"] or w.view.font()))
+    theirs = pg.AxisItem.generateDrawSpecs(ax, _Measure({}, ax.style["tickFont"] or w.view.font()))
+    assert _specs(mine) == _specs(theirs) and [s for _, _, s in mine[2]] == ["half"]
+    ax.setTicks(None)
     # Tick values: LaneAxis drops a finer level's repeats as np.isclose did.
     rng = np.random.default_rng(1)
     for ax in axes:
@@ -230,14 +237,14 @@ def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
             redrawn += c._pending is None
             skipped += c._pending is not None
     assert skipped > redrawn > 0  # most frames compare a bin or two and draw nothing
-    live = [(c._key[1].copy(), c._key[2].copy(), *(a.copy() for a in c.getData())) for c in curves()]
+    live = [(c._key_of()[1].copy(), c._key_of()[2].copy(), *(a.copy() for a in c.getData())) for c in curves()]
     live_rects = [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions._rects]
     (a, b), _ = w.heat.plot.getViewBox().viewRange()
     x, y = envelope(*w.series.curves.window(a, min(b, steps - 1), max(int(w.heat.plot.getViewBox().width()) // 2, 50)), 0)
     assert np.array_equal(live[0][2], x) and np.array_equal(live[0][3], y)
     w.render(rec, force=True)
     for c, (qx, qy, x, y) in zip(curves(), live):
-        assert np.array_equal(c._key[1], qx) and np.array_equal(c._key[2], qy, equal_nan=True)
+        assert np.array_equal(c._key_of()[1], qx) and np.array_equal(c._key_of()[2], qy, equal_nan=True)
         cx, cy = c.getData()
         assert np.array_equal(cx, x) and np.array_equal(cy, y, equal_nan=True)
     assert [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions._rects] == live_rects
@@ -334,3 +341,64 @@ def test_curves_and_heatmap_from_windows_are_built_as_from_their_arrays(qtbot):
         buf = img._lut.take(img._idx.T)
         assert img._qimage == QtGui.QImage(buf.data, buf.shape[1], buf.shape[0], 4 * buf.shape[1],
                                            QtGui.QImage.Format.Format_RGB32)
+
+
+def test_curves_within_a_pixel_are_built_as_by_the_general_path(qtbot, monkeypatch):
+    """``Curve._set_within`` (every bin within a pixel, as in a whole run's view: the bins' highs,
+    no zigzag, the key made when first asked for) draws the path, fill and bounds of the general
+    build (envelope, ``setData``, ``_rebuild``), and its arrays and key, made later, are theirs."""
+    from kvinspect.gui.lane_items import Curve, pixel_size
+
+    rng = np.random.default_rng(3)
+
+    def elements(path):
+        return None if path is None else [(e.x, e.y, e.type) for e in (path.elementAt(i) for i in range(path.elementCount()))]
+
+    def build(c, win, col, px, gaps):
+        c.invalidate()
+        c._memo.clear()
+        assert c.set_bins(win, col, 0, px, gaps=gaps)
+        lazy = c._key[1] is None
+        key = c._key_of()
+        x, y = c.getData()
+        return lazy, (elements(c._path), elements(c._fill), c._bounds.getRect(), key[0], key[1].tobytes(),
+                      key[2].tobytes(), x.tobytes(), y.tobytes())
+
+    rec, w = _shown_plots(qtbot, 20_000, 24)
+    general = Curve._set_within
+    shortcuts = 0
+    for c in (w.tokens.seen, next(iter(w.memory.stack.values()))):  # a line, and a filled one
+        px = pixel_size(c)
+        for n, dtype in ((400, np.float64), (3, np.float64), (250, np.int32)):
+            hi = np.linspace(-5 * px[1], 50 * px[1], n)[:, None] + [[0.0, 3.0]]
+            for spread in (0.3, 0.999, 1.5, 3.0):  # within a pixel; just; not
+                lo = hi - rng.uniform(0, spread * px[1], hi.shape)
+                win = (100, 16, hi.astype(dtype), lo.astype(dtype))
+                for gaps in (False, True):
+                    monkeypatch.setattr(Curve, "_set_within", general)
+                    lazy, fast = build(c, win, 1, px, gaps)
+                    monkeypatch.setattr(Curve, "_set_within", lambda *a, **k: False)
+                    _, slow = build(c, win, 1, px, gaps)
+                    assert fast == slow, (c.name(), n, dtype, spread, gaps)
+                    shortcuts += lazy
+    assert shortcuts >= 8  # the shortcut was taken, not only the general path compared with itself
+
+
+def test_lane_axes_key_sees_a_style_changed_in_place(qtbot):
+    """The specs' key keeps the style's ``repr`` until the style changes; pyqtgraph's ``setStyle``
+    changes ``tickTextOffset`` in place. The axis' pens are pyqtgraph's."""
+    import pyqtgraph as pg
+
+    rec, w = _shown_plots(qtbot, 2_000, 8)
+    ax = w.tokens.plot.getAxis("left")
+    font = ax.style["tickFont"] or w.view.font()
+    before = ax._specs_key(font)
+    assert ax._specs_key(font) == before
+    ax.setStyle(tickTextOffset=9)
+    assert ax._specs_key(font) != before
+    assert ax._style_key() == repr(sorted(ax.style.items()))
+    ax.style["textFillLimits"] = [(0, 0.5)]  # set directly, not through setStyle
+    assert ax._style_key() == repr(sorted(ax.style.items()))
+    for mine, theirs in ((ax.pen(), pg.AxisItem.pen(ax)), (ax.tickPen(), pg.AxisItem.tickPen(ax))):
+        assert mine == theirs and mine.isCosmetic() == theirs.isCosmetic()
+
