@@ -35,16 +35,21 @@ def test_pyramid_is_exact_under_incremental_appends():
 
 def _shown_plots(qtbot, steps: int, layers: int):
     """A synthetic record drawn by a shown 1000 × 600 plots widget (the benchmark's size)."""
+    rec = synthetic_record(steps, layers)
+    return rec, _plots_showing(qtbot, rec)
+
+
+def _plots_showing(qtbot, rec):
+    """A new, shown 1000 × 600 plots widget that has drawn ``rec``."""
     from kvinspect.gui.plots import PlotsWidget
 
-    rec = synthetic_record(steps, layers)
     w = PlotsWidget()
     qtbot.addWidget(w)
     w.resize(1000, 600)
     w.show()
     qtbot.waitExposed(w)
     w.render(rec, force=True)
-    return rec, w
+    return w
 
 
 def test_big_record_is_decimated_to_the_plot_width(qtbot):
@@ -256,7 +261,6 @@ def test_a_zoom_back_out_draws_what_a_fresh_redraw_draws(qtbot):
     record changed under the same view."""
     from PySide6 import QtGui
 
-    from kvinspect.gui.plots import PlotsWidget
 
     rec, w = _shown_plots(qtbot, 20_000, 24)
     other = synthetic_record(20_000, 24)
@@ -274,12 +278,7 @@ def test_a_zoom_back_out_draws_what_a_fresh_redraw_draws(qtbot):
         return widget.view.grab().toImage()
 
     def fresh(record, view) -> QtGui.QImage:
-        f = PlotsWidget()
-        qtbot.addWidget(f)
-        f.resize(1000, 600)
-        f.show()
-        qtbot.waitExposed(f)
-        f.render(record, force=True)
+        f = _plots_showing(qtbot, record)
         img = show(f, record, view)
         f.close()
         return img
