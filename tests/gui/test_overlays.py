@@ -15,6 +15,8 @@ from PySide6 import QtCore, QtGui, QtWidgets
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from redraw import synthetic_record  # noqa: E402
 
+from .shown_plots import plots_showing  # noqa: E402
+
 NO_CACHE = QtWidgets.QGraphicsItem.CacheMode.NoCache
 # Every symbol the event kinds use, two sizes, spots close enough to overlap, some outside the view.
 SPOTS = [((x, y), sym, size) for (x, y), sym, size in (
@@ -87,16 +89,9 @@ def test_a_hovered_marker_grows(lane):
 @pytest.fixture
 def plots(qtbot):
     from kvinspect.gui import theme as th
-    from kvinspect.gui.plots import PlotsWidget
 
     rec = synthetic_record(20_000, 12, turns=8)
-    w = PlotsWidget()
-    qtbot.addWidget(w)
-    w.resize(1000, 600)
-    w.apply_theme(th.DARK)
-    w.show()
-    qtbot.waitExposed(w)
-    w.render(rec, force=True)
+    w = plots_showing(qtbot, rec, theme=th.DARK)
     w.view.viewport().repaint()
     return rec, w
 

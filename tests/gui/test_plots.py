@@ -16,6 +16,8 @@ from kvinspect.core.trace.series import MIN_COLUMNS, Pyramid
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from redraw import synthetic_record  # noqa: E402
 
+from .shown_plots import plots_showing  # noqa: E402
+
 
 def test_pyramid_is_exact_under_incremental_appends():
     rng = np.random.default_rng(0)
@@ -36,20 +38,7 @@ def test_pyramid_is_exact_under_incremental_appends():
 def _shown_plots(qtbot, steps: int, layers: int):
     """A synthetic record drawn by a shown 1000 × 600 plots widget (the benchmark's size)."""
     rec = synthetic_record(steps, layers)
-    return rec, _plots_showing(qtbot, rec)
-
-
-def _plots_showing(qtbot, rec):
-    """A new, shown 1000 × 600 plots widget that has drawn ``rec``."""
-    from kvinspect.gui.plots import PlotsWidget
-
-    w = PlotsWidget()
-    qtbot.addWidget(w)
-    w.resize(1000, 600)
-    w.show()
-    qtbot.waitExposed(w)
-    w.render(rec, force=True)
-    return w
+    return rec, plots_showing(qtbot, rec)
 
 
 def test_big_record_is_decimated_to_the_plot_width(qtbot):
@@ -181,16 +170,9 @@ def test_window_lines_are_drawn_with_their_labels(qtbot):
     from PySide6 import QtCore, QtGui
 
     from kvinspect.gui import theme as th
-    from kvinspect.gui.plots import PlotsWidget
 
     rec = synthetic_record(6000, 12, turns=2)  # window 4096; the stored mean passes half of it
-    w = PlotsWidget()
-    qtbot.addWidget(w)
-    w.resize(900, 500)
-    w.apply_theme(th.DARK)
-    w.show()
-    qtbot.waitExposed(w)
-    w.render(rec, force=True)
+    w = plots_showing(qtbot, rec, (900, 500), th.DARK)
     lines = w.tokens.window_lines
     assert lines.labels() == ["window 4096"] and w.tokens.windows == [4096]
     vb = w.tokens.plot.getViewBox()
@@ -278,7 +260,7 @@ def test_a_zoom_back_out_draws_what_a_fresh_redraw_draws(qtbot):
         return widget.view.grab().toImage()
 
     def fresh(record, view) -> QtGui.QImage:
-        f = _plots_showing(qtbot, record)
+        f = plots_showing(qtbot, record)
         img = show(f, record, view)
         f.close()
         return img
