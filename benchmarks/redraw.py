@@ -168,7 +168,7 @@ def main(argv=None) -> int:
         naive.setImage(rec.col("stored"), levels=(0, args.steps))
         naive.render()  # what a plot would have to do to show every cell, before painting
 
-    from kvinspect.gui.lane_items import ZoomMemo
+    from kvinspect.gui.view_span import ZoomMemo
 
     def forget_views():  # not timed: every item's memo of the views it drew, emptied
         for item in w.view.scene().items():

@@ -14,7 +14,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from ..core.session.chat import CACHE_IMPLS, POLICIES, POLICY_HELP
 from ..core.session.script import GenerationSettings
 from . import theme as th
-from .worker import TurnRequest
+from .engine_requests import TurnRequest
 
 CACHE_HELP = {
     "dynamic": "DynamicCache built with the model config (grows; sliding layers keep their window)",

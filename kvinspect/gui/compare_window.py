@@ -27,8 +27,8 @@ from . import theme as th
 from .accessibility import fill_missing
 from .accessibility import name as _name
 from .compare_results import CompareResults, compare_dir
+from .engine_requests import CompareRequest
 from .tasks import BackgroundTask
-from .worker import CompareRequest
 
 DEFAULT_CHECKED = ("dynamic", "static", "nocache")
 

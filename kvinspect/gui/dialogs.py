@@ -1,15 +1,10 @@
-"""Small dialogs and labels: About (with versions), the reuse policies, the model summary line."""
+"""Help → About: versions of kvinspect, Python, Qt, torch and transformers, and the trace shown."""
 
 from __future__ import annotations
 
 import html
 
 from PySide6 import QtCore, QtWidgets
-
-from . import theme as th
-from .accessibility import fill_missing, name
-from .layer_info import cache_layers, layer_kinds, layer_windows
-from .model_picker import kinds_summary
 
 
 def show_about(parent, trace_path: str | None = None) -> None:
@@ -23,62 +18,3 @@ def show_about(parent, trace_path: str | None = None) -> None:
         f"<h3>kvinspect {html.escape(v.get('kvinspect', ''))}</h3><p>A live inspector for the KV cache of "
         f"Hugging Face transformers models.</p><table>{rows}<tr><td>Qt</td><td>&nbsp;{QtCore.qVersion()}</td></tr>"
         f"</table>{trace}")
-
-
-def show_policies(parent) -> QtWidgets.QMessageBox:
-    """Non-modal: it can stay open next to the chat while trying the policies."""
-    from ..core.session.chat import POLICY_HELP
-
-    rows = "".join(f"<tr><td valign='top'><b>{k}</b></td><td>{html.escape(v)}</td></tr>" for k, v in POLICY_HELP.items())
-    box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Information, "Reuse policies", "",
-                                QtWidgets.QMessageBox.StandardButton.Ok, parent)
-    box.setText("<p>Change the policy between turns to show the right way and each mistake side by side.</p>"
-                f"<table cellpadding='3'>{rows}</table>")
-    name(box, "Reuse policies", "What each reuse policy of the chat does with the cache")
-    name(box.button(QtWidgets.QMessageBox.StandardButton.Ok), "OK", "Close the list of policies")
-    fill_missing(box)
-    box.setWindowModality(QtCore.Qt.WindowModality.NonModal)
-    box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
-    box.show()
-    return box
-
-
-def model_summary(info) -> str:
-    """The toolbar line: name, class, layers with kind chips, windows, device, dtype."""
-    return (f"<b>{html.escape(info.name)}</b> · {info.cls} · {info.n_layers} layers {_kinds_text(info.record)}"
-            f" · {info.device} · {info.dtype}")
-
-
-def trace_model_summary(record) -> str:
-    """The toolbar line for a trace being viewed: its model, from the trace header."""
-    m = record.header.get("model") or {}
-    name = m.get("name") or m.get("spec") or "unknown model"
-    dev, dtype, cls = (html.escape(str(m.get(k) or "?")) for k in ("device", "dtype", "class"))
-    return (f"<i>trace of</i> <b>{html.escape(str(name))}</b> · {cls} · {record.n_layers} layers "
-            f"{_kinds_text(record)} · {dev} · {dtype}")
-
-
-def _kinds_text(record) -> str:
-    """Kind chips, ``[S×2, F, R×3]``, windows and which layers shared ones read.
-
-    The kinds are what the cache did at the last finished turn, as on the heatmap's layer axis
-    (a Gemma 3n KV-shared layer is "shared", not the sliding/full its config names); before the
-    first turn, what the config asks for.
-    """
-    kinds = tuple(th.kind_base(k) for k in layer_kinds(record))
-    windows = sorted({w for w in layer_windows(record) if w})
-    layers = cache_layers(record) or []
-    chips = " ".join(f"<span style='color:{th.kind_color(k)}'>■</span>" for k in th.KIND_ORDER if k in set(kinds))
-    win = f" · window {', '.join(map(str, windows))}" if windows else ""
-    readers: dict[int, list[int]] = {}
-    for lay in layers:
-        if lay.get("reads_from") is not None:
-            readers.setdefault(int(lay["reads_from"]), []).append(int(lay.get("index", 0)))
-    shared = "; ".join(f"{','.join(map(str, r))} read{'s' if len(r) == 1 else ''} {src}" for src, r in readers.items())
-    return f"{chips} [{kinds_summary(kinds)}]{win}" + (f" · shared: layers {shared}" if shared else "")
-
-
-def elide(path: str | None, n: int = 48) -> str:
-    if not path:
-        return ""
-    return path if len(path) <= n else "…" + path[-(n - 1):]

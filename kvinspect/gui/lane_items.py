@@ -29,31 +29,10 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore, QtGui
 
 from ..core.trace.series import envelope
-
-QUANTUM = 4  # sub-pixel steps per pixel below which a change is not drawn
-ZOOM_MEMO = 4  # views (zoom levels) an item keeps what it drew for (ZoomMemo)
-
-CACHE = QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache
-
-
-def pixel_size(item: pg.GraphicsObject) -> tuple[float, float] | None:
-    """Data units per device pixel in x and y of the item's view box (None before it has a size).
-
-    From the view range and the box's size: ``ViewBox.viewPixelSize`` maps points through a
-    transform that every range change invalidates, 60 µs a call.
-    """
-    vb = item.getViewBox()
-    if vb is None or not hasattr(vb, "viewRange"):
-        return None
-    (x0, x1), (y0, y1) = vb.viewRange()
-    w, h = vb.width(), vb.height()
-    if w <= 0 or h <= 0:
-        return None
-    pw, ph = (x1 - x0) / w, (y1 - y0) / h
-    return (pw, ph) if pw > 0 and ph > 0 and math.isfinite(pw) and math.isfinite(ph) else None
+from .view_span import CACHE, QUANTUM, ZoomMemo, pixel_size
 
 
 @functools.lru_cache(maxsize=8)
@@ -73,52 +52,6 @@ def stroke_offsets(width: float) -> list[tuple[int, int]]:
     """
     n = max(1, int(round(width)))
     return [(k, k) for k in range(n)]
-
-
-class ViewSpan(pg.GraphicsObject):
-    """An item whose extent is its view box's visible rect, redrawn when the view moves (grid, marker lines)."""
-
-    def __init__(self):
-        super().__init__()
-        self.setCacheMode(CACHE)
-
-    def boundingRect(self) -> QtCore.QRectF:
-        vb = self.getViewBox()
-        return vb.viewRect() if vb is not None else QtCore.QRectF()
-
-    def viewRangeChanged(self) -> None:
-        self.prepareGeometryChange()
-        self.update()
-
-
-class ZoomMemo:
-    """What an item drew for its last ``ZOOM_MEMO`` views, least recently used dropped first.
-
-    A zoom and a Fit, or a view alternating between two ranges, then find what was drawn
-    (paths, colours, ticks) instead of making it again; the caller checks the data still match.
-    """
-
-    __slots__ = ("_d",)
-
-    def __init__(self):
-        self._d: dict = {}
-
-    def get(self, key):
-        value = self._d.pop(key, None)
-        if value is not None:
-            self._d[key] = value
-        return value
-
-    def put(self, key, value) -> None:
-        if not ZOOM_MEMO:
-            return
-        self._d.pop(key, None)
-        while len(self._d) >= ZOOM_MEMO:
-            self._d.pop(next(iter(self._d)))
-        self._d[key] = value
-
-    def clear(self) -> None:
-        self._d.clear()
 
 
 class WindowPrefix:
@@ -430,107 +363,3 @@ class Curve(pg.GraphicsObject):
             p.setTransform(t * QtGui.QTransform.fromTranslate(dx, dy))
             p.drawPath(self._path)
         p.setTransform(t)
-
-
-class Heatmap(pg.GraphicsObject):
-    """Columns × rows of values drawn through a 256-colour lookup table into ``rect`` (data units).
-
-    ``image`` is the last window given (x = columns, y = rows, as pyqtgraph's column-major images).
-    """
-
-    def __init__(self, lut: np.ndarray):
-        super().__init__()
-        lut = np.asarray(lut)
-        self._lut = (0xFF000000 | (lut[:, 0].astype(np.uint32) << 16) | (lut[:, 1].astype(np.uint32) << 8)
-                     | lut[:, 2].astype(np.uint32)).astype(np.uint32)
-        self._colors = self._lut.tolist()  # (the colour table of an indexed QImage)
-        self.image: np.ndarray | None = None
-        self._rect = QtCore.QRectF()
-        self._idx: np.ndarray | None = None
-        self._qimage: QtGui.QImage | None = None
-        self._buf: np.ndarray | None = None
-        self._scale = 0.0
-        self._memo = ZoomMemo()  # (rect, scale, shape) → (values, idx, buf, image)
-        self.setCacheMode(CACHE)
-
-    def clear(self) -> None:
-        self.prepareGeometryChange()
-        self._memo.clear()
-        self.image = self._idx = self._qimage = self._buf = None
-        self._rect = QtCore.QRectF()
-        self.update()
-
-    def invalidate(self) -> None:
-        self._idx = None
-
-    def set_window(self, values: np.ndarray, top: float, rect: QtCore.QRectF, same_prefix: int = 0) -> bool:
-        """Show ``values`` scaled 0…``top``; True when a cell's colour or the rect changed.
-
-        ``same_prefix``: the caller knows the first columns equal the previous call's (an
-        append-only record seen at the same zoom), so only the rest is mapped again.
-        """
-        self.image = values
-        scale = 256.0 / max(float(top), 1e-9)
-        old = self._idx
-        k = min(same_prefix, len(values), len(old)) if old is not None and scale == self._scale else 0
-        memo_key = (rect.getRect(), scale, values.shape)
-        if not k:
-            hit = self._memo.get(memo_key)
-            if hit is not None and np.array_equal(hit[0], values):
-                if hit[1] is old and rect == self._rect:
-                    return False
-                self._scale = scale
-                self._show(rect, *hit[1:])
-                return True
-        tail = values[k:] * scale
-        tail = np.clip(tail, 0, 255, out=tail).astype(np.uint8)  # (in place: 8 bytes a cell fewer)
-        if k:
-            if rect == self._rect and len(values) == len(old) and np.array_equal(tail, old[k:]):
-                return False
-            idx = np.concatenate([old[:k], tail])
-        else:
-            idx = tail
-            if old is not None and rect == self._rect and idx.shape == old.shape and np.array_equal(idx, old):
-                self._scale = scale
-                return False
-        self._scale = scale
-        # Rows = layers, as QImage wants them. Qt maps an indexed image to RGB32 in fewer
-        # instructions than numpy's take() (which first casts every index to intp).
-        buf = np.ascontiguousarray(idx.T)
-        h, w = buf.shape
-        indexed = QtGui.QImage(buf.data, w, h, w, QtGui.QImage.Format.Format_Indexed8)
-        indexed.setColorTable(self._colors)
-        self._show(rect, idx, buf, indexed.convertToFormat(QtGui.QImage.Format.Format_RGB32))
-        if ZOOM_MEMO and not k:  # (a live frame's columns are new: nothing to keep)
-            self._memo.put(memo_key, (np.array(values), idx, buf, self._qimage))
-        return True
-
-    def _show(self, rect: QtCore.QRectF, idx: np.ndarray, buf: np.ndarray, image: QtGui.QImage) -> None:
-        if rect != self._rect:
-            self.prepareGeometryChange()
-            self._rect = QtCore.QRectF(rect)
-        self._idx, self._buf, self._qimage = idx, buf, image
-        self.update()
-
-    def dataBounds(self, ax: int, frac: float = 1.0, orthoRange=None):
-        if self._rect.isEmpty():
-            return (None, None)
-        r = self._rect
-        return (r.left(), r.right()) if ax == 0 else (r.top(), r.bottom())
-
-    def boundingRect(self) -> QtCore.QRectF:
-        return QtCore.QRectF(self._rect)
-
-    def paint(self, p, *args) -> None:
-        if self._qimage is not None:
-            p.drawImage(self._rect, self._qimage)
-
-
-def cache_text(root: QtWidgets.QGraphicsItem | QtWidgets.QGraphicsScene) -> None:
-    """Cache every text-like item under ``root`` as a pixmap: text is the slowest thing to paint
-    in software, and legend labels, axis titles and turn labels change rarely."""
-    items = root.items() if isinstance(root, QtWidgets.QGraphicsScene) else root.childItems()
-    for item in items:
-        if isinstance(item, (QtWidgets.QGraphicsTextItem, pg.LabelItem,
-                             pg.graphicsItems.LegendItem.ItemSample)) and item.cacheMode() != CACHE:
-            item.setCacheMode(CACHE)

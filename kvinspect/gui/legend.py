@@ -16,7 +16,7 @@ import pyqtgraph as pg
 from pyqtgraph.icons import invisibleEye
 from PySide6 import QtCore, QtGui
 
-from .lane_items import CACHE
+from .view_span import CACHE
 
 MARGIN = 9  # QGraphicsGridLayout's default contents margins, which pyqtgraph's legend kept
 SAMPLE = 20

@@ -19,10 +19,13 @@ import logging
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from ..core.settings import Settings, load_settings, save_settings
-from . import dialogs, gc_policy
+from . import dialogs as about_dialog
+from . import gc_policy, model_line, policies_box
 from . import theme as th
 from .chat import ChatPanel
-from .events_panel import ChecklistPanel, EventsPanel
+from .checklist_panel import ChecklistPanel
+from .engine_requests import LoadRequest, ModelInfo, TurnRequest
+from .events_panel import EventsPanel
 from .find_box import FindBox, find_in
 from .layer_table import LayerTable
 from .menus import build_menus
@@ -32,7 +35,7 @@ from .reporting import ErrorReporter
 from .tokens_panel import TokensPanel
 from .trace_actions import TraceActions, is_trace_path
 from .viewer import TraceViewer
-from .worker import LoadRequest, ModelInfo, SessionController, TurnRequest
+from .worker import SessionController
 
 log = logging.getLogger(__name__)
 
@@ -437,10 +440,10 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
                 self.statusBar().showMessage(f"saved {path}", 5000)
 
     def show_about(self) -> None:
-        dialogs.show_about(self, self.info.trace_path if self.info else None)
+        about_dialog.show_about(self, self.info.trace_path if self.info else None)
 
     def show_policies(self) -> None:
-        dialogs.show_policies(self)
+        policies_box.show_policies(self)
 
     # -- worker results -------------------------------------------------------------------
     def _on_progress(self, task: str, stage: str, frac: float) -> None:
@@ -458,7 +461,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
     def _show_model_line(self, info: ModelInfo) -> None:
         """The toolbar's model line, with the host when the engine runs over ssh."""
         host = self._last_request.host if self._last_request is not None else None
-        self.model_label.setText(dialogs.model_summary(info) + (f" · on <b>{html.escape(host)}</b>" if host else ""))
+        self.model_label.setText(model_line.model_summary(info) + (f" · on <b>{html.escape(host)}</b>" if host else ""))
 
     def _on_loaded(self, info: ModelInfo) -> None:
         self._show_progress(False)
@@ -478,7 +481,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
                            + (" " + " ".join(info.notes) if info.notes else ""))
         self._show_model_line(info)
         self.setWindowTitle(f"kvinspect — {info.name}")
-        self.trace_label.setText(f"trace: {dialogs.elide(info.trace_path)}" if info.trace_path else "")
+        self.trace_label.setText(f"trace: {model_line.elide(info.trace_path)}" if info.trace_path else "")
         self.trace_label.setToolTip(info.trace_path or "")
         self.statusBar().showMessage(f"{info.name} ready", 5000)
         if getattr(self.controller, "autosave_paused", None):  # a full disk: the warning stays in view

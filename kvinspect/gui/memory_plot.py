@@ -14,10 +14,13 @@ from PySide6 import QtCore
 
 from ..core.trace.series import ACCEL_ALLOC, ACCEL_RESERVED, RSS, RecordSeries
 from . import theme as th
-from .cache_plot import fixed_axes
-from .lane_items import Curve, WindowPrefix, pixel_size
+from .grid_lines import HGrid
+from .lane_axes import fixed_axes
+from .lane_items import Curve, WindowPrefix
 from .legend import LaneLegend
-from .plot_items import BytesAxis, HGrid, StepAxis, StickyRange
+from .plot_items import BytesAxis, StepAxis
+from .sticky_range import StickyRange
+from .view_span import pixel_size
 
 #: The RSS is sampled by the process that runs the model (the engine, for a live session), never the window.
 RSS_LABEL = "model process RSS"

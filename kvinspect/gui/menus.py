@@ -129,7 +129,7 @@ def fill_recent_menu(win) -> list:
     """File → Open recent: the remembered traces (``settings.recent_traces``) that still exist."""
     from pathlib import Path
 
-    from . import dialogs
+    from . import model_line
 
     m = win.recent_menu
     m.clear()
@@ -137,7 +137,7 @@ def fill_recent_menu(win) -> list:
     for p in win.settings.recent_traces:
         if not Path(p).exists():
             continue  # moved or deleted since: not offered (kept in the list in case a drive comes back)
-        shown = dialogs.elide(p).replace("&", "&&")  # a literal & in a path, not a mnemonic
+        shown = model_line.elide(p).replace("&", "&&")  # a literal & in a path, not a mnemonic
         label = f"&{len(actions) + 1} {shown}" if len(actions) < 9 else shown
         a = m.addAction(label, lambda p=p: win.open_trace(p))
         a.setToolTip(p)

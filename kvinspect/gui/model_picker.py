@@ -20,7 +20,7 @@ from ..core.model.catalog import BUILTINS, KIND_LETTER, find_builtin
 from ..core.model.devices import DEVICES, DTYPES
 from ..core.model.fetch import FETCHABLE
 from . import theme as th
-from .worker import LoadRequest
+from .engine_requests import LoadRequest
 
 OTHER = "__other__"
 LOCAL, SSH = "local", "ssh"

@@ -16,12 +16,23 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from ..core.trace.series import MEAN_SEEN, MEAN_STORED, RSS, RecordSeries
 from ..core.units import fmt_bytes
 from . import theme as th
-from .cache_plot import HeatmapLane, TokensLane, fixed_axes, region_spans
-from .lane_items import CACHE, Curve, Heatmap, ViewSpan, cache_text
+from .cache_plot import HeatmapLane
+from .color_scale import gradient_pixmap
+from .cursor_line import vline
+from .event_markers import MarkersItem
+from .heatmap import Heatmap
+from .lane_axes import fixed_axes
+from .lane_items import Curve
 from .layer_info import layer_kinds, layer_windows
+from .layer_picks import MAX_PICKED, default_picks
 from .memory_plot import MemoryLane
-from .overlays import MarkersItem, VLines
-from .plot_items import MAX_PICKED, RegionsItem, StepAxis, default_picks, gradient_pixmap, nice_ceiling, vline
+from .overlays import VLines
+from .plot_items import StepAxis
+from .reached_regions import region_spans
+from .regions import RegionsItem
+from .sticky_range import nice_ceiling
+from .tokens_lane import TokensLane
+from .view_span import CACHE, ViewSpan, cache_text
 
 _VIEW_ITEMS = (Curve, Heatmap, RegionsItem, ViewSpan, pg.InfiniteLine)
 MAX_LINES = 200  # turn/recreate lines drawn as items; beyond that only the most recent

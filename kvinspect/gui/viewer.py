@@ -277,7 +277,7 @@ class TraceViewer(QtCore.QObject):
         self._clock.stop()
 
     def _title(self) -> None:
-        from .dialogs import model_summary, trace_model_summary
+        from .model_line import model_summary, trace_model_summary
 
         w = self.win
         if self.mode and self.record is not None:

@@ -256,7 +256,7 @@ def test_viewer_bar_is_named_on_its_own(qtbot, window):
 
 
 def test_policies_box_is_named(qtbot, window):
-    from kvinspect.gui.dialogs import show_policies
+    from kvinspect.gui.policies_box import show_policies
 
     box = show_policies(window)
     qtbot.waitExposed(box)

@@ -54,7 +54,7 @@ def _grab(w, item) -> QtGui.QImage:
 def test_markers_draw_what_a_scatter_plot_item_drew(lane):
     """Each spot is pyqtgraph's rendered symbol at the pixel the atlas would put it: the same image,
     at several zooms and pans (overlapping spots, spots half out of view)."""
-    from kvinspect.gui.overlays import MarkersItem
+    from kvinspect.gui.event_markers import MarkersItem
 
     lane.setYRange(0, 1, padding=0)
     compared = 0
@@ -71,7 +71,7 @@ def test_markers_draw_what_a_scatter_plot_item_drew(lane):
 
 
 def test_a_hovered_marker_grows(lane):
-    from kvinspect.gui.overlays import MarkersItem
+    from kvinspect.gui.event_markers import MarkersItem
 
     lane.setXRange(0, 10, padding=0)
     lane.setYRange(0, 1, padding=0)

@@ -283,7 +283,7 @@ def test_curves_and_heatmap_from_windows_are_built_as_from_their_arrays(qtbot):
     import pyqtgraph as pg
     from PySide6 import QtGui
 
-    from kvinspect.gui.lane_items import pixel_size
+    from kvinspect.gui.view_span import pixel_size
 
     rng = np.random.default_rng(7)
 
@@ -328,7 +328,8 @@ def test_curves_within_a_pixel_are_built_as_by_the_general_path(qtbot, monkeypat
     """``Curve._set_within`` (every bin within a pixel, as in a whole run's view: the bins' highs,
     no zigzag, the key made when first asked for) draws the path, fill and bounds of the general
     build (envelope, ``setData``, ``_rebuild``), and its arrays and key, made later, are theirs."""
-    from kvinspect.gui.lane_items import Curve, pixel_size
+    from kvinspect.gui.lane_items import Curve
+    from kvinspect.gui.view_span import pixel_size
 
     rng = np.random.default_rng(3)
 
