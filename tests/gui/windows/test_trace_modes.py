@@ -8,23 +8,15 @@ the record itself (``layer_table_at``, the step series), read separately with ``
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvinspect.core.session.runner import run_script
-from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
+from tests.gui.helpers import headless_run, load, open_trace, run_cli, send
 
-from ..conftest import load_cached
-from .conftest import load, send
-
-ROOT = Path(__file__).resolve().parents[2]
 TURNS = ["Hello! What does a KV cache store? Tell me everything.", "Why does a sliding window stop growing?",
          "And the full layer?"]
 
@@ -32,15 +24,7 @@ TURNS = ["Hello! What does a KV cache store? Tell me everything.", "Why does a s
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A 3-turn headless run on the hybrid tiny-gemma3 (window 96: turn 2 passes it)."""
-    out = tmp_path_factory.mktemp("run")
-    run_script(load_cached("tiny-gemma3"), ChatScript(turns=TURNS, settings=GenerationSettings(max_new_tokens=40)), out)
-    return out
-
-
-def open_trace(qtbot, win, path, timeout=60_000):
-    with qtbot.waitSignal(win.viewer.opened, timeout=timeout):
-        assert win.open_trace(str(path)) is not None
-    win.refresh(force=True)
+    return headless_run(tmp_path_factory.mktemp("run"), "tiny-gemma3", TURNS, max_new_tokens=40)
 
 
 def open_fails(qtbot, win, path) -> str:
@@ -239,12 +223,7 @@ def test_copy_markdown_to_the_clipboard(qtbot, window, run_dir):
 
 
 def _cli(args, tmp_path, env_extra=None, timeout=120):
-    env = dict(os.environ)
-    env.update({"KVINSPECT_CONFIG_DIR": str(tmp_path / "config"), "KVINSPECT_DATA_DIR": str(tmp_path / "data"),
-                "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")})
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "kvinspect", "view", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=ROOT)
+    return run_cli(["view", *args], tmp_path, timeout=timeout, **(env_extra or {}))
 
 
 def test_view_cli_mistakes_exit_2_with_one_line(tmp_path, run_dir):

@@ -11,8 +11,7 @@ import json
 from PySide6 import QtCore
 
 from kvinspect.core.compare.configs import NAMED
-
-from .conftest import load, send
+from tests.gui.helpers import load, send
 
 RUN_TIMEOUT_MS = 300_000
 

@@ -5,27 +5,18 @@ from __future__ import annotations
 import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.settings import Settings, load_settings, save_settings
-
-from ..conftest import load_cached
+from tests.conftest import load_cached
+from tests.gui.helpers import headless_run, open_trace
 
 SK = QtGui.QKeySequence.StandardKey
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run")
     turns = ["Hello there, what does the cache hold?", "and now?"]
-    run_script(load_cached("tiny-llama"), ChatScript(turns=turns, settings=GenerationSettings(max_new_tokens=24)), out)
-    return out
-
-
-def _open(qtbot, win, path):
-    with qtbot.waitSignal(win.viewer.opened, timeout=60_000):
-        assert win.open_trace(str(path)) is not None
-    win.refresh(force=True)
+    return headless_run(tmp_path_factory.mktemp("run"), "tiny-llama", turns, max_new_tokens=24)
 
 
 def test_standard_shortcuts_are_the_platforms(window):
@@ -48,7 +39,7 @@ def test_standard_shortcuts_are_the_platforms(window):
 
 
 def test_zoom_and_full_screen_act_on_the_window(qtbot, window, run_dir):
-    _open(qtbot, window, run_dir)
+    open_trace(qtbot, window, run_dir)
     vb = window.plots.heat.plot.getViewBox()
     (a, b), _ = vb.viewRange()
     window.zoom_in_action.trigger()
@@ -115,7 +106,7 @@ def test_every_menu_and_item_has_a_mnemonic_unique_in_its_menu(window):
 def test_every_control_and_plot_has_an_accessible_name_and_description(qtbot, window, run_dir):
     from kvinspect.gui.base.accessibility import is_control
 
-    _open(qtbot, window, run_dir)  # the replay bar's controls too
+    open_trace(qtbot, window, run_dir)  # the replay bar's controls too
     picker = window.open_picker()
     for root in (window, picker):
         controls = [w for w in root.findChildren(QtWidgets.QWidget) if is_control(w)]
@@ -153,7 +144,7 @@ def test_recent_traces_menu_opens_and_is_remembered(qtbot, window, run_dir, tmp_
 
     assert fill_recent_menu(window) == []  # nothing yet: one disabled line
     assert not window.recent_menu.actions()[0].isEnabled()
-    _open(qtbot, window, run_dir)
+    open_trace(qtbot, window, run_dir)
     trace = str((run_dir / "trace.jsonl").resolve())
     assert window.settings.recent_traces == [trace]
     gone = str(tmp_path / "moved" / "trace.jsonl")
@@ -225,7 +216,7 @@ def test_follow_dialog_is_named(qtbot, window):
 
 
 def test_export_dialog_is_named(qtbot, window, run_dir):
-    _open(qtbot, window, run_dir)
+    open_trace(qtbot, window, run_dir)
     dlg = window.export_report_dialog()
     assert dlg is not None
     qtbot.waitExposed(dlg)

@@ -21,10 +21,8 @@ import pytest
 
 from kvinspect.core.detect.events import TURN_FAILED
 from kvinspect.core.trace.tracefile import read_trace
+from tests.gui.helpers import LOAD_TIMEOUT_MS, ROOT, TURN_TIMEOUT_MS, cli_env, load, send
 
-from .conftest import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
-
-ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "engine" / "fake_engine.py"
 
 
@@ -141,9 +139,7 @@ def run_gui(tmp_path):
     started = []
 
     def run(args, env=None):
-        e = dict(os.environ)
-        e.update(KVINSPECT_CONFIG_DIR=str(tmp_path / "config"), KVINSPECT_DATA_DIR=str(tmp_path / "data"),
-                 HF_HUB_OFFLINE="1", **(env or {}))
+        e = cli_env(tmp_path, **(env or {}))
         p = subprocess.Popen([sys.executable, "-m", "kvinspect", "gui", *args], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
         started.append(p)

@@ -13,8 +13,7 @@ from PySide6 import QtCore, QtWidgets
 
 from kvinspect.core.detect.events import CACHE_RECREATED, TURN_STOPPED, WINDOW_REACHED
 from kvinspect.gui.panels.layer_table import COLUMNS
-
-from .conftest import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
+from tests.gui.helpers import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
 
 
 def _events(win, kind):

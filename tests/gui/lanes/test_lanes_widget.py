@@ -13,10 +13,10 @@ import pytest
 
 from kvinspect.core.trace.series import MIN_COLUMNS, Pyramid
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from redraw import synthetic_record  # noqa: E402
 
-from .shown_plots import plots_showing  # noqa: E402
+from tests.gui.helpers import plots_showing  # noqa: E402
 
 
 def test_pyramid_is_exact_under_incremental_appends():
