@@ -198,6 +198,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.layers.copyRequested.connect(self.copy_layers)
         self.plots.loadRequested.connect(lambda: self.open_picker())
         self.viewer.opened.connect(self._remember_trace)
+        self.viewer.modeChanged.connect(self._update_state)
         hints = QtGui.QGuiApplication.styleHints()
         if hasattr(hints, "colorSchemeChanged"):  # Qt >= 6.5: the desktop switched light/dark
             # A bound method, not a lambda: Qt drops the connection with the window (tests make many).
@@ -486,7 +487,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.trace_label.setToolTip(info.trace_path or "")
         self.statusBar().showMessage(f"{info.name} ready", 5000)
         if getattr(self.controller, "autosave_paused", None):  # a full disk: the warning stays in view
-            self._show_autosave_paused(self.controller.autosave_paused)
+            self._show_autosave_paused(self.controller.live.paused)
         if self.settings.picked_layers and info.spec == self.settings.model:
             self.plots.set_picked(self.settings.picked_layers)  # the same model as last time: same curves
         if self._last_request is not None:
