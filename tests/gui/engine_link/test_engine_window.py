@@ -206,7 +206,7 @@ def test_a_mismatched_engine_is_refused_with_both_versions(qtbot, make_window):
     task, message = blocker.args
     assert task == "load" and "protocol 999" in message and "9.9.9" in message
     assert f"protocol {PROTOCOL_VERSION}" in message and "\n" not in message
-    assert win.controller.dead and win.isVisible() and win.load_action.isEnabled()
+    assert win.controller.dead and win.isVisible() and win.commands["load"].isEnabled()
 
 
 def test_a_second_stop_kills_an_engine_that_ignores_stop(qtbot, make_window):
@@ -241,7 +241,7 @@ def test_cancel_kills_a_load_that_cannot_be_cancelled(qtbot, make_window, monkey
     # The hard cancel: that engine is gone, an empty one took its place; no error, nothing marked dead.
     assert win.controller.engine_pid not in (None, first) and win.controller.dead is None
     assert _gone(first)
-    assert win.errors.messages == [] and not win.cancel_button.isVisible() and win.load_action.isEnabled()
+    assert win.errors.messages == [] and not win.cancel_button.isVisible() and win.commands["load"].isEnabled()
 
 
 def test_a_silent_engine_is_told_from_a_busy_one(qtbot, make_window, monkeypatch):

@@ -118,7 +118,7 @@ def test_a_host_without_kvinspect_is_one_line_and_the_window_stays_usable(qtbot,
     # Still usable: the picker reopens on the host as typed, and a load on this machine works.
     picker = window.open_picker()
     assert picker.run_ssh.isChecked() and picker.host.text() == "kvtest" and picker.python.text() == python
-    assert window.load_action.isEnabled()
+    assert window.commands["load"].isEnabled()
     info = load(qtbot, window, "tiny-llama")
     assert info.name == "tiny-llama" and window.controller.client.local is True
     assert send(qtbot, window, "Local again?", max_new_tokens=4).status == "ok"

@@ -97,7 +97,7 @@ def test_viewing_keeps_the_live_session_and_back_restores_it(qtbot, window, run_
     live = window.record
     open_trace(qtbot, window, run_dir / "trace.jsonl")
     assert window.record is not live and not window.chat.send_button.isEnabled()
-    assert not window.new_chat_action.isEnabled() and window.back_action.isEnabled()
+    assert not window.commands["new_chat"].isEnabled() and window.commands["back"].isEnabled()
     assert window.send(window.chat.request("not allowed")) is False
     window.errors.close_all()
     window.back_to_live()
@@ -199,12 +199,12 @@ def test_copy_markdown_to_the_clipboard(qtbot, window, run_dir):
     open_trace(qtbot, window, run_dir)
     rec = window.record
     clip = QtWidgets.QApplication.clipboard()
-    window.copy_turns_action.trigger()
+    window.commands["copy_turns"].trigger()
     assert clip.text() == turns_markdown(rec) and clip.text().startswith("| Turn | Status |")
     assert clip.text().count("\n") == 1 + len(rec.turns)
     k = rec.turns[1].first_step + 3
     window.viewer.set_step(k)
-    window.copy_layers_action.trigger()
+    window.commands["copy_layers"].trigger()
     assert clip.text() == layer_table_markdown(rec, k) and f"**Layers at step {k}**" in clip.text()
     # An event: the button under its explanation, and the row's context menu, copy the same Markdown.
     window.viewer.set_step(rec.n_steps - 1)
@@ -218,7 +218,7 @@ def test_copy_markdown_to_the_clipboard(qtbot, window, run_dir):
     want = event_markdown(rec.events[idx], rec)
     assert clip.text() == want and "window_reached" in want and "transformers" in want
     clip.clear()
-    window.copy_event_action.trigger()
+    window.commands["copy_event"].trigger()
     assert clip.text() == want
 
 
@@ -270,11 +270,11 @@ def test_open_viewer_entry_shows_the_record(qtbot, run_dir):
 
 
 def test_autosaved_sessions_menu_opens_one(qtbot, window):
-    from kvinspect.gui.windows.menus import fill_autosave_menu
+    from kvinspect.gui.windows.menus import fill_submenu
 
     load(qtbot, window, "tiny-llama")
     t = send(qtbot, window, "Autosaved as it runs.", max_new_tokens=5)
-    actions = fill_autosave_menu(window)
+    actions = fill_submenu(window, "autosave")
     mine = [a for a in actions if "this session" in a.text()]
     assert len(mine) == 1 and window.info.trace_path.split("/")[-1] in mine[0].text()
     with qtbot.waitSignal(window.viewer.opened, timeout=60_000):
