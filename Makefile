@@ -89,7 +89,7 @@ bench: fetch
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info
 
-# -- Packaging (issue 19, docs/packaging.md) ------------------------------------------------------
+# -- Packaging (docs/packaging.md) ------------------------------------------------------
 # `make wheel-smoke`: build the wheel and sdist, install the wheel into a fresh venv that cannot see
 # the checkout, run the smoke test there. `make bundle`: the PyInstaller one-folder desktop bundle
 # in dist/bundle/kvinspect and its smoke test (not in CI: see docs/packaging.md for the figures).

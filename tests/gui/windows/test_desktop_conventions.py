@@ -1,4 +1,4 @@
-"""Desktop conventions (issue 19): standard shortcuts, mnemonics, accessible names, the system theme, recent traces."""
+"""Desktop conventions: standard shortcuts, mnemonics, accessible names, the system theme, recent traces."""
 
 from __future__ import annotations
 

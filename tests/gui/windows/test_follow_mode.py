@@ -191,7 +191,7 @@ def test_source_refusals(tmp_path):
 
 
 def test_follow_kvinspect_trace_of_a_user_program_in_another_process(qtbot, window, tmp_path):
-    """Issue 8's setup: `kvinspect trace --out DIR -- python program.py` in one process, the window following DIR."""
+    """The observed program's setup: `kvinspect trace --out DIR -- python program.py` in one process, the window following DIR."""
     import subprocess
     import sys
     from pathlib import Path
