@@ -100,7 +100,7 @@ def test_window_reached_is_highlighted_and_points_at_the_spot(qtbot, window):
     assert len(ev) == 1 and ev[0].layers == [0, 1, 2, 3]
     p = window.plots
     # A shaded region from the step the layers stopped growing, over exactly those layers.
-    rects = p.heat.regions._rects
+    rects = p.heat.regions.rects
     assert len(rects) == 1
     r = rects[0]
     assert r.left() == ev[0].step and r.top() == 0 and r.bottom() == 4 and r.right() >= window.record.n_steps - 1
