@@ -17,6 +17,7 @@ import os
 import sys
 
 from .core.errors import KvInspectError, runtime_fault
+from .core.text_safety import terminal_text
 
 EXIT_FAULT = 1
 EXIT_USAGE = 2
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handlers[args.command](args, argv) or 0
     except KvInspectError as exc:
-        print(f"kvinspect: error: {exc}", file=sys.stderr)
+        print(f"kvinspect: error: {terminal_text(exc)}", file=sys.stderr)  # it may quote a trace or a script
         return exc.exit_code  # 2 for the user's mistakes; RuntimeFault and the trace command's own say otherwise
     except (MemoryError, RuntimeError, OSError) as exc:
         fault = runtime_fault(exc)  # out of memory, disk full, an I/O error: the machine's, not the user's
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         # A path the user gave that cannot be read or written (commands check the usual cases
         # up front; this is the net for the rest).
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"kvinspect: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"kvinspect: error: {terminal_text(where)}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kvinspect: interrupted", file=sys.stderr)
