@@ -12,10 +12,10 @@ This module is light (no Qt, no torch): the window imports it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from typing import Any
 
+from kvinspect.core import json_depth
 from kvinspect.core.errors import exc_line
 from kvinspect.core.text_safety import terminal_text
 
@@ -128,21 +128,6 @@ MAX_NAME_CHARS = 256
 MAX_PATH_CHARS = 4096
 MAX_ITEMS = 10_000
 
-_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_BRACKETS = re.compile(rb"[\[\]{}]")
-
-
-def json_depth(raw: bytes) -> int:
-    """How deep ``raw``'s arrays and objects nest, counted without parsing (strings skipped)."""
-    depth = deepest = 0
-    for m in _BRACKETS.finditer(_STRINGS.sub(b"", raw)):
-        if m.group() in (b"[", b"{"):
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
-
 
 def parse_line(raw: bytes) -> dict:
     """One request line as a dict with a string ``type``; :class:`ProtocolError` saying why not."""
@@ -152,11 +137,11 @@ def parse_line(raw: bytes) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"a request line is not UTF-8 (byte {exc.start + 1})") from None
-    if json_depth(raw) > MAX_DEPTH:
-        raise ProtocolError(f"a request line is nested deeper than {MAX_DEPTH} levels")
     try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+        obj = json_depth.loads(text, MAX_DEPTH)
+    except json_depth.TooDeep:
+        raise ProtocolError(f"a request line is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
         raise ProtocolError(f"a request line is not JSON ({exc_line(exc)[:120]})") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"a request line must be a JSON object, got {_describe(obj)}")
