@@ -407,13 +407,14 @@ class SessionController(QtCore.QObject):
         self.trace_path = None
         if not self.autosave:
             return
-        from kvinspect.core.trace.autosave import autosave_path
+        from kvinspect.core.trace.autosave import open_autosave
 
         model = header.get("model") or {}
         path = None
         try:  # the folder is made (and pruned) here too: a full disk fails at mkdir already
-            path = autosave_path(str(model.get("name") or model.get("spec") or "model"))
-            self._trace = path.open("wb")
+            # Opened with this window's lock on it: no other window's prune deletes it while it is open.
+            self._trace = open_autosave(str(model.get("name") or model.get("spec") or "model"))
+            path = self._trace.name
             self.trace_path = str(path)
             self.autosave_paused = None
         except OSError as exc:
