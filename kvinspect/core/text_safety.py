@@ -81,6 +81,20 @@ def utf8_safe(text: str) -> str:
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
+def json_dumps_utf8(obj, **kwargs) -> str:
+    """``json.dumps(obj, ensure_ascii=False, **kwargs)`` that can always be written as UTF-8.
+
+    A lone surrogate (a trace's ``"\\ud800"``) becomes its JSON escape, so the file reads back as the
+    same string instead of failing to write (``summary.json``, ``script.json``, ``compare.json``).
+    """
+    import json
+
+    text = json.dumps(obj, ensure_ascii=False, **kwargs)
+    if _SURROGATE_RE.search(text) is None:
+        return text
+    return _SURROGATE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 # -- Markdown ----------------------------------------------------------------------------------------
 
 class Markdown(str):

@@ -20,6 +20,7 @@ is listed as caveats.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +115,12 @@ def reproduce(record: TraceRecord) -> Reproduction:
         caveats.append(f"the chat template {md_code(tpl_path)} is not stored in this trace (older writer): the command "
                        f"needs that file at that path")
     header_cmd = h.get("command")
+    if header_cmd and not (len(header_cmd) > 1 and header_cmd[1] == "run"
+                           and Path(str(header_cmd[0])).name in ("kvinspect", "kvinspect.exe", "__main__.py")):
+        # The trace is the sender's: a "command" that is not kvinspect's own is never offered as the way to rerun.
+        caveats.append("the trace's recorded command is not a `kvinspect run` command line, so it is not shown; "
+                       "this one is rebuilt from the session settings")
+        header_cmd = None
     if header_cmd:
         cmd = _retarget(list(header_cmd), tpl_name)
     else:
@@ -176,9 +183,14 @@ def _trace_rerun(cmd: list[str], argv: list[str]) -> list[str]:
 
 def _template_file_name(path: str | None) -> str:
     name = Path(str(path)).name if path else ""
-    if name.endswith(".jinja") and name not in (SCRIPT_NAME,) and "/" not in name and name[0] not in ".-":
+    # The name comes from the trace: only a plain file name is used for a file in the bundle (no control,
+    # bidi or shell character, nothing a shell or a terminal would read as more than a name).
+    if _PLAIN_NAME.fullmatch(name) and name not in (SCRIPT_NAME,) and name[0] not in ".-":
         return name
     return TEMPLATE_FALLBACK
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._+-]{1,200}\.jinja")
 
 
 def _retarget(cmd: list[str], tpl_name: str | None) -> list[str]:
