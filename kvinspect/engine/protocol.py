@@ -130,7 +130,7 @@ MAX_ITEMS = 10_000
 
 
 def parse_line(raw: bytes) -> dict:
-    """One request line as a dict with a string ``type``; :class:`ProtocolError` saying why not."""
+    """One request line as a JSON object (checked by :func:`check_request`); :class:`ProtocolError` saying why not."""
     if len(raw) > MAX_LINE_BYTES:
         raise ProtocolError(f"a request line of {len(raw):,} bytes is over the {MAX_LINE_BYTES:,}-byte limit")
     try:
@@ -145,8 +145,6 @@ def parse_line(raw: bytes) -> dict:
         raise ProtocolError(f"a request line is not JSON ({exc_line(exc)[:120]})") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"a request line must be a JSON object, got {_describe(obj)}")
-    if not isinstance(obj.get("type"), str):
-        raise ProtocolError(f"a request's `type` must be a string, got {_describe(obj.get('type'))}")
     return obj
 
 
@@ -295,7 +293,9 @@ def check_request(obj: dict) -> dict:
     global _SCHEMAS
     if _SCHEMAS is None:
         _SCHEMAS = _request_schemas()
-    kind = obj["type"]
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(f"a request's `type` must be a string, got {_describe(kind)}")
     schema = _SCHEMAS.get(kind)
     if schema is None:
         raise ProtocolError(f"unknown request {_short(kind)} (engine protocol {PROTOCOL_VERSION})")

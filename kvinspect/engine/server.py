@@ -186,12 +186,13 @@ class Engine:
             log.warning("refused a request line: %s", exc)
             self._refuse(None, "?", str(exc))
             return
-        kind = obj["type"]
+        kind = obj.get("type")
         try:
             P.check_request(obj)
         except P.ProtocolError as exc:
             log.warning("refused a request: %s", exc)
-            self._refuse(P.request_id(obj), kind if kind in P.REQUESTS | P.SIGNALS | {P.HELLO} else "?", str(exc))
+            known = isinstance(kind, str) and kind in P.REQUESTS | P.SIGNALS | {P.HELLO}
+            self._refuse(P.request_id(obj), kind if known else "?", str(exc))
             return
         if kind == P.STOP:
             self.stop.set()
