@@ -61,6 +61,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     return parser, handlers
 
 
+class InertFormatter(logging.Formatter):
+    """Log lines for a terminal: controls, escape sequences and bidi characters shown escaped (newlines kept)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_text(super().format(record), keep="\n\t")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser, handlers = build_parser()
@@ -75,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         argv = [*verbose, "gui", *rest]
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format=fmt)
+    for h in logging.getLogger().handlers:  # a log line can quote a trace, a model or an engine's stderr
+        if type(h) is logging.StreamHandler:
+            h.setFormatter(InertFormatter(fmt))
     if not args.verbose:
         quiet_libraries()
     try:

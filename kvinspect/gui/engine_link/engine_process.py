@@ -122,7 +122,7 @@ class EngineClient(QtCore.QObject):
         p.readyReadStandardError.connect(self._on_stderr)
         p.finished.connect(self._on_finished)
         p.errorOccurred.connect(self._on_error)
-        log.info("starting the engine: %s", " ".join(self.command))
+        log.info("starting the engine: %s", terminal_text(" ".join(self.command)))
         self._started_at = self._last_line = time.monotonic()
         p.start()
         if p.waitForStarted(10_000):
