@@ -79,6 +79,8 @@ def utf8_safe(text: str) -> str:
 
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
+#: A lone surrogate (a str that cannot be UTF-8), for the checks that refuse one.
+LONE_SURROGATE = _SURROGATE_RE
 
 
 def json_dumps_utf8(obj, **kwargs) -> str:

@@ -12,12 +12,11 @@ This module is light (no Qt, no torch): the window imports it.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from kvinspect.core import json_depth
 from kvinspect.core.errors import exc_line
-from kvinspect.core.text_safety import terminal_text
+from kvinspect.core.text_safety import LONE_SURROGATE, terminal_text
 
 #: Bumped on any change a peer of the previous version would misread. Both sides refuse a mismatch.
 PROTOCOL_VERSION = 1
@@ -172,14 +171,12 @@ def _str(limit: int, *, text: bool = False):
         if len(v) > limit:
             why = "; no context window holds that much" if text else ""
             raise _Bad(path, said=f"is {len(v):,} characters{why} (at most {limit:,})")
-        bad = _SURROGATE.search(v)
+        bad = LONE_SURROGATE.search(v)
         if bad:
             raise _Bad(path, said=f"holds a lone surrogate ({bad.group()!r} at character {bad.start() + 1}), "
                                   f"which is not text")
     return check
 
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _int(lo: int, hi: int):

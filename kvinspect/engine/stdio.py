@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import queue
-import re
 import sys
 import threading
 import time
@@ -28,6 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from kvinspect.core.text_safety import LONE_SURROGATE
 from kvinspect.core.trace.messages import json_default
 
 log = logging.getLogger(__name__)
@@ -68,12 +68,10 @@ def dumps(obj: dict) -> str:
     """One protocol line. A lone surrogate (a model's half of a pair, a request's echoed text) cannot be
     UTF-8: it goes out as the visible text ``\\udXXX``, never as an encoding error that stops the writer."""
     line = json.dumps(obj, separators=(",", ":"), default=_json_default, ensure_ascii=False)
-    if _SURROGATE.search(line):  # only inside JSON strings, where an escaped backslash is valid
-        line = _SURROGATE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", line)
+    if LONE_SURROGATE.search(line):  # only inside JSON strings, where an escaped backslash is valid
+        line = LONE_SURROGATE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", line)
     return line
 
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def read_lines(f: IO[bytes] | Iterable[bytes], limit: int) -> Iterator[bytes | None]:
