@@ -17,6 +17,7 @@ import os
 import sys
 
 from .core.errors import KvInspectError, runtime_fault
+from .core.text_safety import terminal_text
 
 EXIT_FAULT = 1
 EXIT_USAGE = 2
@@ -60,6 +61,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     return parser, handlers
 
 
+class InertFormatter(logging.Formatter):
+    """Log lines for a terminal: controls, escape sequences and bidi characters shown escaped (newlines kept)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_text(super().format(record), keep="\n\t")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser, handlers = build_parser()
@@ -74,14 +82,17 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         argv = [*verbose, "gui", *rest]
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format=fmt)
+    for h in logging.getLogger().handlers:  # a log line can quote a trace, a model or an engine's stderr
+        if type(h) is logging.StreamHandler:
+            h.setFormatter(InertFormatter(fmt))
     if not args.verbose:
         quiet_libraries()
     try:
         return handlers[args.command](args, argv) or 0
     except KvInspectError as exc:
-        print(f"kvinspect: error: {exc}", file=sys.stderr)
+        print(f"kvinspect: error: {terminal_text(exc)}", file=sys.stderr)  # it may quote a trace or a script
         return exc.exit_code  # 2 for the user's mistakes; RuntimeFault and the trace command's own say otherwise
     except (MemoryError, RuntimeError, OSError) as exc:
         fault = runtime_fault(exc)  # out of memory, disk full, an I/O error: the machine's, not the user's
@@ -93,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         # A path the user gave that cannot be read or written (commands check the usual cases
         # up front; this is the net for the rest).
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"kvinspect: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"kvinspect: error: {terminal_text(where)}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kvinspect: interrupted", file=sys.stderr)

@@ -10,6 +10,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.text_safety import terminal_text
+
+
+def echo(text: object = "", *, file=None, end: str = "\n", flush: bool = False) -> None:
+    """``print`` for text that holds anything from a trace, a script or a model: controls shown escaped.
+
+    Newlines and tabs stay (tables, multi-line output); ESC, C1, NUL, bidi overrides and the rest
+    cannot drive the terminal (docs/errors.md, "Hostile text").
+    """
+    print(terminal_text(text, keep="\n\t"), file=sys.stdout if file is None else file, end=end, flush=flush)
+
+
 
 def add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--model", required=required, metavar="SPEC",

@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .common import ClaimedOut, add_model_args, claim_out_dir, out_arg, progress_printer
+from .common import ClaimedOut, add_model_args, claim_out_dir, echo, out_arg, progress_printer
 
 SECTIONS_HELP = ("With --turns-until-failure or --prompt-lengths only those sections run; add --conversation "
                  "to run the scripted comparison too.")
@@ -194,7 +194,7 @@ def main(args, argv) -> int:
 
     def progress(done: int, total: int, message: str) -> None:
         if not args.quiet:
-            print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+            echo(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
 
     # With --overwrite the earlier comparison comes back unless this one's measurements reach the disk.
     with prepare_out(out, args.overwrite) as claimed:
@@ -206,12 +206,12 @@ def main(args, argv) -> int:
     files = write_report(result, out, plots=not args.no_plots, renderer=render_in_child)
     text = summary_text(result)
     if text:
-        print(text)
+        echo(text)
     for c in result.configs:
         if c.status != "ran":
-            print(f"{c.name}: {c.status}: {c.reason}")
+            echo(f"{c.name}: {c.status}: {c.reason}")
     for n in files.notes:
-        print(n)
+        echo(n)
     print(f"\nreport: {files.markdown}\ndata: {files.json}")
     if files.plots:
         print("plots: " + ", ".join(str(p) for p in files.plots if p.suffix == ".png"))

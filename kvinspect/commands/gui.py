@@ -21,4 +21,8 @@ def add_parser(sub) -> None:
 def main(args, argv) -> int:
     from ..gui.app import run_from_args
 
+    if args.ssh is not None:  # before the window opens: one line, exit 2
+        from ..engine.launch import check_ssh_host
+
+        args.ssh = check_ssh_host(args.ssh)
     return run_from_args(args, argv)

@@ -38,15 +38,17 @@ def main(args, argv) -> int:
         _remove_new(out, before, created)
         raise RuntimeFault(f"cannot write the report into {out}: {exc.strerror or exc}; the partial bundle "
                            f"was removed") from None
+    from .common import echo
+
     for n in res.trace_notes:
-        print(f"trace: {n}")
-    print(f"report: {res.report}")
-    print("files: " + ", ".join(f.name for f in res.files[1:]))
+        echo(f"trace: {n}")
+    echo(f"report: {res.report}")
+    echo("files: " + ", ".join(f.name for f in res.files[1:]))
     for n in res.notes:
-        print(f"note: {n}")
+        echo(f"note: {n}")
     if res.reproduction is not None:
         where = res.reproduction.run_in or res.out_dir
-        print(f"reproduce, from {where}: {shlex.join(res.reproduction.command)}")
+        echo(f"reproduce, from {where}: {shlex.join(res.reproduction.command)}")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.session.options import apply_script_overrides, check_fixed_choice, session_options
-from .common import ClaimedOut, add_model_args, add_session_args, claim_out_dir, out_arg, progress_printer
+from .common import ClaimedOut, add_model_args, add_session_args, claim_out_dir, echo, out_arg, progress_printer
 
 
 def add_parser(sub) -> None:
@@ -41,37 +41,37 @@ def main(args, argv) -> int:
 
     def on_turn_start(i, text):
         head = f"── turn {i + 1} ── user: {one_line(text, 100)}"
-        print(f"\n{head}" if stream else head, flush=True)
+        echo(f"\n{head}" if stream else head, flush=True)
         if stream:
             print("assistant: ", end="", flush=True)
 
     def on_token(t):
         if stream:
-            print(t, end="", flush=True)
+            echo(t, end="", flush=True)
 
     def on_turn(turn):
         claimed.replaced()  # this run's first turn is on disk: the earlier run is replaced
         if stream:
             print()
         if turn.status == "failed":
-            print(f"turn {turn.index + 1} failed: {turn.error}", flush=True)
+            echo(f"turn {turn.index + 1} failed: {turn.error}", flush=True)
 
     with claimed:  # an exception before the first turn was written: the earlier run stays as it was
         res = run_script(loaded, script, out, opts, command=reproduce_command(args), on_token=on_token,
                          on_turn_start=on_turn_start, on_turn=on_turn)
     rec = res.record
     print()
-    print(turn_table(rec))
+    echo(turn_table(rec))
     print()
-    print(events_text(rec))
+    echo(events_text(rec))
     print()
-    print(checklist_text(rec))
-    print(f"\ntrace: {res.trace}\nsummary: {res.summary}")
+    echo(checklist_text(rec))
+    echo(f"\ntrace: {res.trace}\nsummary: {res.summary}")
     return _exit_code(rec, args.fail_on_problems)
 
 
 def one_line(text: str, limit: int) -> str:
-    text = " ⏎ ".join(ln.strip() for ln in text.strip().splitlines())
+    text = " ⏎ ".join(ln.strip() for ln in text.strip().splitlines())  # echo() escapes what is left
     return text if len(text) <= limit else text[: limit - 1] + f"… ({len(text):,} chars)"
 
 

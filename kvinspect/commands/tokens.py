@@ -61,6 +61,7 @@ def use_color(mode: str, stream=None) -> bool:
 
 
 def main(args, argv) -> int:
+    from ..core.text_safety import terminal_text
     from ..core.tokens.states import token_view
     from ..core.tokens.text import header_lines, legend, token_text
     from ..core.trace.tracefile import read_trace
@@ -72,7 +73,7 @@ def main(args, argv) -> int:
     out = sys.stdout
     try:
         for line in header_lines(view, len(record.turns)):
-            out.write(line + "\n")
+            out.write(terminal_text(line) + "\n")
         if len(view):
             out.write(legend(color) + "\n\n")
             out.write(token_text(view, color=color) + "\n")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import KvInspectError, runtime_fault
-from .common import ClaimedOut, claim_out_dir, out_arg
+from .common import ClaimedOut, claim_out_dir, echo, out_arg
 
 DEFAULT_ROOT = "kvinspect-traces"
 
@@ -173,7 +173,7 @@ def _report(out: Path, shown: str, status: str, rc: int, quiet: bool) -> int:
         try:
             rec = read_trace(path)
         except KvInspectError as exc:
-            print(f"kvinspect: {path.name}: {exc}", file=err)
+            echo(f"kvinspect: {path.name}: {exc}", file=err)
             continue
         summary = path.with_name("summary.json" if path.name == "trace.jsonl"
                                  else "summary" + path.name[len("trace"):-len(".jsonl")] + ".json")
@@ -188,15 +188,15 @@ def _report(out: Path, shown: str, status: str, rc: int, quiet: bool) -> int:
             summary = None
         if not quiet:
             model = (rec.header.get("model") or {}).get("name") or "model"
-            print(f"\n── {model} ({rec.header.get('model', {}).get('class', '')}): {len(rec.turns)} turn(s), "
+            echo(f"\n── {model} ({rec.header.get('model', {}).get('class', '')}): {len(rec.turns)} turn(s), "
                   f"{rec.n_steps} forward passes ──", file=err)
-            print(turn_table(rec), file=err)
+            echo(turn_table(rec), file=err)
             for t in rec.turns[:50]:  # which call of the program each turn was
-                print(f"  turn {t.index + 1}: {t.user}", file=err)
+                echo(f"  turn {t.index + 1}: {t.user}", file=err)
             print(file=err)
-            print(events_text(rec), file=err)
+            echo(events_text(rec), file=err)
             for note in rec.notes:
-                print(f"note: {note}", file=err)
+                echo(f"note: {note}", file=err)
         print(f"trace: {path}" + (f"\nsummary: {summary}" if summary else ""), file=err)
     print(f"kvinspect: `{shown}` {status}; open the trace with: kvinspect view {out}", file=err)
     return rc

@@ -21,6 +21,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from kvinspect.core import json_depth
 from kvinspect.core.paths import config_dir
 
 log = logging.getLogger(__name__)
@@ -169,6 +170,9 @@ def _sanitise(s: Settings, problems: list[str]) -> None:
     if s.run_on not in RUN_ON:
         problems.append(f"run_on: {s.run_on!r} is not one of {', '.join(RUN_ON)}, using local")
         s.run_on = "local"
+    if s.ssh_host.strip().startswith("-"):  # ssh would read it as an option: never preset it in the picker
+        problems.append(f"ssh_host: {s.ssh_host[:80]!r} begins with '-', which no ssh host does; cleared")
+        s.ssh_host = ""
     if not 1 <= s.max_new_tokens <= 1_000_000:
         problems.append(f"max_new_tokens: {s.max_new_tokens} out of range, using 64")
         s.max_new_tokens = 64
@@ -198,7 +202,10 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         text = None
     if text is not None:
         try:
-            data = json.loads(text)
+            data = json_depth.loads(text)
+        except json_depth.TooDeep as exc:  # would be a RecursionError, and no window would open
+            log.warning("settings: %s is %s, which no settings file is; using defaults", p, exc)
+            data = {}
         except json.JSONDecodeError as exc:
             log.warning("settings: %s is not valid JSON (line %d: %s); using defaults", p, exc.lineno, exc.msg)
             data = {}
@@ -222,14 +229,25 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
 def save_settings(s: Settings, path: str | os.PathLike | None = None) -> Path | None:
     """Write atomically (a crash mid-write keeps the old file). Returns None if it could not write."""
     p = Path(path) if path is not None else settings_path()
+    tmp: str | None = None
     try:
+        if p.is_dir():  # os.replace would fail after the temporary file is written: say so, write nothing
+            raise IsADirectoryError(21, "it is a folder, not a file", str(p))
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".json", dir=p.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(s.to_dict(), f, indent=2, ensure_ascii=False)
             f.write("\n")
         os.replace(tmp, p)
-    except OSError as exc:
-        log.warning("settings: cannot write %s (%s)", p, exc)
+        tmp = None
+    except (OSError, ValueError) as exc:  # ValueError: a lone surrogate in a value cannot be UTF-8
+        log.warning("settings: cannot write %s (%s)", p, exc.strerror if isinstance(exc, OSError) and exc.strerror
+                    else exc)
         return None
+    finally:
+        if tmp is not None:  # never leave a .settings-*.json behind
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
     return p

@@ -14,6 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from kvinspect.core import json_depth
+from kvinspect.core.errors import exc_line
+from kvinspect.core.text_safety import LONE_SURROGATE, terminal_text
+
 #: Bumped on any change a peer of the previous version would misread. Both sides refuse a mismatch.
 PROTOCOL_VERSION = 1
 
@@ -58,6 +62,8 @@ HEARTBEAT_S = 1.0
 
 #: Exit status of an engine that refused the window's handshake.
 EXIT_HANDSHAKE = 3
+#: Exit status of an engine whose protocol stdout broke (closed by the reader, or its writer failed).
+EXIT_PIPE = 4
 
 
 class ProtocolError(Exception):
@@ -77,12 +83,226 @@ def check_hello(peer: dict, own_version: str, peer_role: str = "engine") -> None
     if not isinstance(peer, dict) or peer.get("type") != HELLO:
         raise ProtocolError(f"the {peer_role} did not start with a hello line (not a kvinspect {peer_role}?)")
     theirs = peer.get("protocol")
-    if theirs != PROTOCOL_VERSION:
+    if type(theirs) is not int or theirs != PROTOCOL_VERSION:  # "1" and true are not 1
         us = "window" if peer_role == "engine" else "engine"
+        got = (f"sent {_describe(theirs)} as its protocol version" if type(theirs) is not int
+               else f"speaks engine protocol {theirs}")
         raise ProtocolError(
-            f"the {peer_role} speaks engine protocol {theirs} (kvinspect {peer.get('kvinspect', '?')}), this {us} "
+            f"the {peer_role} {got} (kvinspect {terminal_text(str(peer.get('kvinspect', '?')))[:60]}), this {us} "
             f"speaks protocol {PROTOCOL_VERSION} (kvinspect {own_version}): install the same kvinspect version on "
             f"both sides")
+
+
+def _short(v: Any, limit: int = 60) -> str:
+    """A peer's value quoted in a message: its repr, cut, with controls escaped."""
+    r = repr(v)
+    return terminal_text(r if len(r) <= limit else r[: limit - 1] + "…")
+
+
+def _describe(v: Any) -> str:
+    """What a peer sent, by type, for a refusal: ``the string '1'``, ``a list of 3``, ``nothing``."""
+    if v is None:
+        return "nothing (null)"
+    if isinstance(v, bool):
+        return f"the boolean {str(v).lower()}"
+    if isinstance(v, str):
+        return f"the string {_short(v)}" if len(v) <= 60 else f"a string of {len(v):,} characters"
+    if isinstance(v, (int, float)):
+        return f"the number {_short(v)}"
+    if isinstance(v, list):
+        return f"a list of {len(v):,}"
+    if isinstance(v, dict):
+        return f"an object of {len(v):,} fields"
+    return type(v).__name__
+
+
+# -- reading and checking a request line ------------------------------------------------------------------
+
+#: A request line no bigger than a chat script (a comparison's plan carries the script's turns).
+MAX_LINE_BYTES = 64 << 20
+#: JSON nested deeper than this is refused before it is parsed (no request is nested beyond 4).
+MAX_DEPTH = 64
+#: Short names: a policy, a cache implementation, a device, a dtype, a configuration name, an id.
+MAX_NAME_CHARS = 256
+MAX_PATH_CHARS = 4096
+MAX_ITEMS = 10_000
+
+
+def parse_line(raw: bytes) -> dict:
+    """One request line as a JSON object (checked by :func:`check_request`); :class:`ProtocolError` saying why not."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise ProtocolError(f"a request line of {len(raw):,} bytes is over the {MAX_LINE_BYTES:,}-byte limit")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"a request line is not UTF-8 (byte {exc.start + 1})") from None
+    try:
+        obj = json_depth.loads(text, MAX_DEPTH)
+    except json_depth.TooDeep:
+        raise ProtocolError(f"a request line is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ProtocolError(f"a request line is not JSON ({exc_line(exc)[:120]})") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"a request line must be a JSON object, got {_describe(obj)}")
+    return obj
+
+
+def request_id(obj: dict) -> int | str | None:
+    """The request's id when it is one a reply can carry (an integer or a short string), else None."""
+    rid = obj.get("id")
+    if (type(rid) is int and abs(rid) < 2**53) or (isinstance(rid, str) and len(rid) <= MAX_NAME_CHARS
+                                                    and rid.isprintable()):
+        return rid
+    return None
+
+
+class _Bad(Exception):
+    """``path`` and what is wrong with it: ``must be an integer …, got the string 'x'`` unless ``said``."""
+
+    def __init__(self, path: str, what: str = "", got: Any = None, *, said: str | None = None):
+        self.path = path
+        self.said = said if said is not None else f"must be {what}, got {_describe(got)}"
+
+
+def _str(limit: int, *, text: bool = False):
+    def check(v, path):
+        if not isinstance(v, str):
+            raise _Bad(path, f"a string of at most {limit:,} characters", v)
+        if len(v) > limit:
+            why = "; no context window holds that much" if text else ""
+            raise _Bad(path, said=f"is {len(v):,} characters{why} (at most {limit:,})")
+        bad = LONE_SURROGATE.search(v)
+        if bad:
+            raise _Bad(path, said=f"holds a lone surrogate ({bad.group()!r} at character {bad.start() + 1}), "
+                                  f"which is not text")
+    return check
+
+
+
+def _int(lo: int, hi: int):
+    def check(v, path):
+        if type(v) is not int or not lo <= v <= hi:
+            raise _Bad(path, f"an integer from {lo:,} to {hi:,}", v)
+    return check
+
+
+def _number(v, path):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Bad(path, "a number", v)
+
+
+def _bool(v, path):
+    if not isinstance(v, bool):
+        raise _Bad(path, "true or false", v)
+
+
+def _opt(check):
+    def opt(v, path):
+        if v is not None:
+            check(v, path)
+    return opt
+
+
+def _list(item, limit: int = MAX_ITEMS):
+    def check(v, path):
+        if not isinstance(v, list):
+            raise _Bad(path, f"a list (of at most {limit:,})", v)
+        if len(v) > limit:
+            raise _Bad(path, said=f"holds {len(v):,} items (at most {limit:,})")
+        for i, x in enumerate(v):
+            item(x, f"{path}[{i}]")
+    return check
+
+
+def _obj(fields: dict, *, required: tuple[str, ...] = ()):
+    """An object whose known fields are checked (unknown ones are ignored, as a newer window may send them)."""
+    def check(v, path):
+        if not isinstance(v, dict):
+            raise _Bad(path, "an object", v)
+        for name in required:
+            if name not in v:
+                raise _Bad(f"{path}.{name}" if path else name, said="is missing")
+        for name, sub in fields.items():
+            if name in v:
+                sub(v[name], f"{path}.{name}" if path else name)
+    return check
+
+
+def _any(v, path):
+    return None
+
+
+def _settings(v, path):
+    """Generation settings: the same checks as a chat script's (GenerationSettings.validate)."""
+    from kvinspect.core.errors import KvInspectError
+
+    _obj({})(v, path)
+    try:
+        settings_from_wire(v).validate()
+    except (KvInspectError, TypeError) as exc:
+        raise _Bad(path, said=f"is not usable: {exc}") from None
+
+
+def _request_schemas() -> dict:
+    from kvinspect.core.model.loading import MAX_SPEC_CHARS
+    from kvinspect.core.session.script import MAX_TEXT_CHARS, MAX_TURNS
+
+    name, path = _opt(_str(MAX_NAME_CHARS)), _opt(_str(MAX_PATH_CHARS))
+    text = _str(MAX_TEXT_CHARS, text=True)
+    argv = _opt(_list(_str(MAX_PATH_CHARS), 1000))
+    settings = _opt(_settings)
+    session = _opt(_obj({"policy": name, "cache_impl": name, "settings": settings, "system": _opt(text),
+                         "chat_template": _opt(text), "chat_template_name": path,
+                         "max_cache_len": _opt(_int(1, 2**31)), "generation_config": _opt(_obj({})),
+                         "respect_generation_config": _opt(_bool)}))
+    configure = {"policy": name, "cache_impl": name, "settings": settings, "system": _opt(text)}
+    script = _opt(_obj({"turns": _list(text, MAX_TURNS), "system": _opt(text), "settings": settings},
+                       required=("turns",)))
+    plan = _obj({"configs": _list(_str(MAX_NAME_CHARS), 1000), "script": script, "repeat": _opt(_int(1, 10_000)),
+                 "warmup": _opt(_int(0, 10_000)), "conversation": _opt(_bool),
+                 "turns_until_failure": _opt(_int(1, MAX_TURNS)),
+                 "prompt_lengths": _opt(_list(_int(1, 2**31), 1000)), "max_cache_len": _opt(_int(1, 2**31)),
+                 "max_new_tokens": _opt(_int(1, 1_000_000)), "chat_template": _opt(text),
+                 "chat_template_name": path, "compile_mode": name, "script_name": path, "command": argv},
+                required=("configs",))
+    return {
+        HELLO: _obj({"protocol": _any, "kvinspect": _opt(_str(MAX_NAME_CHARS)), "local": _opt(_bool)}),
+        LOAD: _obj({"spec": _str(MAX_SPEC_CHARS), "device": name, "dtype": name, "trust_remote_code": _opt(_bool),
+                    "session": session, "command": argv}, required=("spec",)),
+        FETCH: _obj({"name": name}),
+        TURN: _obj({"text": text, **configure}, required=("text",)),
+        CONFIGURE: _obj(configure),
+        NEW_CHAT: _obj({}), SHUTDOWN: _obj({}), STOP: _obj({}), CANCEL: _obj({}),
+        CHECK: _obj({"names": _list(_str(MAX_NAME_CHARS), 1000)}, required=("names",)),
+        COMPARE: _obj({"plan": plan, "out_dir": _str(MAX_PATH_CHARS)}, required=("plan", "out_dir")),
+    }
+
+
+_SCHEMAS: dict | None = None
+
+
+def check_request(obj: dict) -> dict:
+    """``obj`` (from :func:`parse_line`) checked against its request's schema: types, ranges, lengths.
+
+    The text limits are the CLI's (a turn or system prompt of at most ``MAX_TEXT_CHARS`` characters,
+    no lone surrogate). Raises :class:`ProtocolError` naming the request, the field and what came.
+    """
+    global _SCHEMAS
+    if _SCHEMAS is None:
+        _SCHEMAS = _request_schemas()
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(f"a request's `type` must be a string, got {_describe(kind)}")
+    schema = _SCHEMAS.get(kind)
+    if schema is None:
+        raise ProtocolError(f"unknown request {_short(kind)} (engine protocol {PROTOCOL_VERSION})")
+    if "id" in obj and obj["id"] is not None and request_id(obj) is None:
+        raise ProtocolError(f"{kind} request: `id` must be an integer or a short string, got {_describe(obj['id'])}")
+    try:
+        schema(obj, "")
+    except _Bad as bad:
+        raise ProtocolError(f"{kind} request: `{bad.path}` {bad.said}") from None
+    return obj
 
 
 # -- wire form of the requests' payloads ----------------------------------------------------------------

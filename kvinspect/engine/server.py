@@ -21,7 +21,6 @@ few seconds.
 from __future__ import annotations
 
 import faulthandler
-import json
 import logging
 import os
 import platform
@@ -34,7 +33,7 @@ import time
 from kvinspect import __version__
 from kvinspect.core.errors import Cancelled, KvInspectError, exc_line
 from kvinspect.engine import protocol as P
-from kvinspect.engine.stdio import LineWriter, take_stdio
+from kvinspect.engine.stdio import LineWriter, read_lines, take_stdio
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,14 @@ def serve(*, heartbeat_s: float = P.HEARTBEAT_S) -> int:
     faulthandler.enable()
 
     def broken() -> None:
-        os._exit(0)  # nobody reads us any more: nothing left to do
+        # Nobody can read us any more: nothing left to do. Said on stderr (the window's log and its exit
+        # message) with its own status, so a broken stdout never reads as a clean exit.
+        log.error("the engine's protocol stdout is closed or broken; the engine exits (status %d)", P.EXIT_PIPE)
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(P.EXIT_PIPE)
 
     writer = LineWriter(out, on_broken=broken)
     return Engine(inp, writer, heartbeat_s=heartbeat_s).serve()
@@ -89,7 +95,7 @@ class Engine:
                 P.check_hello(first, __version__, peer_role="window")
             except P.ProtocolError as exc:
                 log.error("%s", exc)
-                self.out.send({"type": P.ERROR, "id": first.get("id"), "task": P.HELLO, "message": str(exc)})
+                self.out.send({"type": P.ERROR, "id": P.request_id(first), "task": P.HELLO, "message": str(exc)})
                 return P.EXIT_HANDSHAKE
             self.local = bool(first.get("local", True))
             self._preload()
@@ -143,40 +149,67 @@ class Engine:
             self.busy = ""
 
     def _read_loop(self) -> None:
-        for raw in self.inp:
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-                if not isinstance(obj, dict):
-                    raise ValueError("not an object")
-            except (ValueError, UnicodeDecodeError):
-                log.warning("ignored a line that is not a JSON object: %r", raw[:120])
-                continue
-            kind = obj.get("type")
-            if kind == P.STOP:
-                self.stop.set()
-            elif kind == P.CANCEL:
-                self.cancel.set()
-            elif kind == P.SHUTDOWN:
-                self.stop.set()
-                self.cancel.set()
-                self.requests.put(obj)
-            elif kind in P.REQUESTS or kind == P.HELLO:
-                # Flags are cleared as a request arrives, in order: a Stop or Cancel sent after it is never lost.
-                self.stop.clear()
-                self.cancel.clear()
-                self.requests.put(obj)
-            else:
-                self.out.send({"type": P.ERROR, "id": obj.get("id"), "task": str(kind),
-                               "message": f"unknown request {kind!r} (engine protocol {P.PROTOCOL_VERSION})"})
+        """Read the window's lines until end of input. Every line gets an answer or an effect; nothing ends
+        this thread but end of input (a fault reading the pipe counts as one), so the engine never goes on
+        beating its heart while it can no longer hear the window."""
+        try:
+            for raw in read_lines(self.inp, P.MAX_LINE_BYTES):
+                try:
+                    self._take(raw)
+                except Exception:  # noqa: BLE001 - a bug here must not leave a deaf engine behind
+                    log.exception("could not handle a request line")
+                    self._refuse(None, "?", "internal error while reading a request (details in the log)")
+        except Exception:  # noqa: BLE001 - the pipe itself failed: as good as closed
+            log.exception("reading the window's requests failed; treating it as the end of input")
         # End of input: the window is gone. Stop what runs; do not wait for an uninterruptible load.
         self.stop.set()
         self.cancel.set()
         self.requests.put(None)
+        if self.busy == "starting":  # still importing torch: nothing to finish or save, and no import can be cut short
+            self.out.close(timeout=1.0)
+            os._exit(0)
         if not self._done.wait(EOF_GRACE_S):
             log.warning("stdin closed and the engine is still busy (%s): exiting now", self.busy)
             os._exit(0)
+
+    def _take(self, raw: bytes | None) -> None:
+        """One line from the window: parsed (depth-limited), checked against its request's schema, then
+        acted on (Stop, Cancel) or queued. A line that fails is answered with one error line and dropped."""
+        if raw is None:
+            self._refuse(None, "?", f"a request line over {P.MAX_LINE_BYTES:,} bytes was dropped")
+            return
+        if not raw.strip():
+            return
+        try:
+            obj = P.parse_line(raw)
+        except P.ProtocolError as exc:
+            log.warning("refused a request line: %s", exc)
+            self._refuse(None, "?", str(exc))
+            return
+        kind = obj.get("type")
+        try:
+            P.check_request(obj)
+        except P.ProtocolError as exc:
+            log.warning("refused a request: %s", exc)
+            known = isinstance(kind, str) and kind in P.REQUESTS | P.SIGNALS | {P.HELLO}
+            self._refuse(P.request_id(obj), kind if known else "?", str(exc))
+            return
+        if kind == P.STOP:
+            self.stop.set()
+        elif kind == P.CANCEL:
+            self.cancel.set()
+        elif kind == P.SHUTDOWN:
+            self.stop.set()
+            self.cancel.set()
+            self.requests.put(obj)
+        else:  # a request or the hello (check_request knows no other type)
+            # Flags are cleared as a request arrives, in order: a Stop or Cancel sent after it is never lost.
+            self.stop.clear()
+            self.cancel.clear()
+            self.requests.put(obj)
+
+    def _refuse(self, rid, task: str, message: str) -> None:
+        self.out.send({"type": P.ERROR, "id": rid, "task": task, "message": message})
 
     def _heartbeat_loop(self) -> None:
         while not self._done.wait(self.heartbeat_s):

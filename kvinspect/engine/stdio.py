@@ -22,10 +22,12 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
 
+from kvinspect.core.text_safety import LONE_SURROGATE
 from kvinspect.core.trace.messages import json_default
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,34 @@ def _json_default(o):
 
 
 def dumps(obj: dict) -> str:
-    return json.dumps(obj, separators=(",", ":"), default=_json_default, ensure_ascii=False)
+    """One protocol line. A lone surrogate (a model's half of a pair, a request's echoed text) cannot be
+    UTF-8: it goes out as the visible text ``\\udXXX``, never as an encoding error that stops the writer."""
+    line = json.dumps(obj, separators=(",", ":"), default=_json_default, ensure_ascii=False)
+    if LONE_SURROGATE.search(line):  # only inside JSON strings, where an escaped backslash is valid
+        line = LONE_SURROGATE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", line)
+    return line
+
+
+
+def read_lines(f: IO[bytes] | Iterable[bytes], limit: int) -> Iterator[bytes | None]:
+    """The lines of ``f``; None for a line longer than ``limit`` bytes, which is skipped without being held.
+
+    ``f`` may be any iterable of lines (tests feed a list), whose lines are then already whole.
+    """
+    if not hasattr(f, "readline"):
+        for line in f:
+            yield line if len(line) <= limit else None
+        return
+    while True:
+        raw = f.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):  # the rest of the long line, a block at a time
+                raw = f.readline(1 << 20)
+            yield None
+            continue
+        yield raw
 
 
 _CLOSE = object()
@@ -104,6 +133,15 @@ class LineWriter:
 
     # -- writer thread --------------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._serve()
+        except Exception:  # noqa: BLE001 - a writer that cannot write leaves a mute engine: end it, loudly
+            log.critical("the protocol writer failed; the engine exits", exc_info=True)
+            self.broken = True
+            if self.on_broken is not None:
+                self.on_broken()
+
+    def _serve(self) -> None:
         closing = False
         while not closing:
             item = self.q.get()

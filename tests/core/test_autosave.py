@@ -63,6 +63,84 @@ def test_prunes_to_the_newest_but_never_a_live_file():
     assert prune_autosaves(keep=3) and {live, new} <= {a.path for a in list_autosaves()}
 
 
+def _old_autosaves(n: int, days: float = 2) -> list[Path]:
+    """``n`` finished-looking autosaves, ``days`` old and older (each a second apart, newest last)."""
+    folder = autosave_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    old = time.time() - days * 86400
+    out = []
+    for i in range(n):
+        p = folder / f"20260201-{i:06d}-old.jsonl"
+        p.write_text('{"type":"end"}\n')
+        os.utime(p, (old + i, old + i))
+        out.append(p)
+    return out
+
+
+_OWNER = textwrap.dedent("""
+    import sys, time
+    from kvinspect.core.trace.autosave import open_autosave
+    f = open_autosave("idle-window")
+    f.write(b'{"type":"header"}\\n'); f.flush()
+    print(f.name, flush=True)
+    sys.stdin.readline()  # the window stays open (and idle) until told
+    f.write(b'{"type":"turn"}\\n'); f.close()
+    print("wrote after the other window loaded", flush=True)
+""")
+
+
+def test_an_idle_window_keeps_its_autosave_while_another_window_prunes():
+    """Two windows on one data folder: the idle one's autosave is older than 20+ others and untouched for
+    days, yet the other window's load (which prunes) leaves it alone; once the idle window closes, it goes."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    idle = subprocess.Popen([sys.executable, "-c", _OWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=env, text=True)
+    try:
+        idle_path = Path(idle.stdout.readline().strip())
+        assert idle_path.is_file(), idle_path
+        long_ago = time.time() - 5 * 86400  # idle for days: older than every other file here
+        os.utime(idle_path, (long_ago, long_ago))
+        others = _old_autosaves(25)
+        # The other window loads a model: the path the window takes (open_autosave), which prunes first.
+        with autosave.open_autosave("busy-window", keep=autosave.KEEP) as mine:
+            assert idle_path.exists(), "the idle window's live autosave was pruned"
+            left = {a.path for a in list_autosaves()}
+            assert Path(mine.name) in left and idle_path in left
+            assert sum(p in left for p in others) == autosave.KEEP - 1  # the rest pruned as before
+            # And a prune by anyone else (the menu, a third window) leaves both live files alone.
+            prune_autosaves(keep=0)
+            assert idle_path.exists() and Path(mine.name).exists()
+        idle.stdin.write("\n")
+        idle.stdin.flush()
+        assert idle.stdout.readline().strip() == "wrote after the other window loaded"
+        assert idle.wait(timeout=60) == 0
+        assert idle_path.read_bytes() == b'{"type":"header"}\n{"type":"turn"}\n'  # nothing lost
+        # Closed (the window ended) and left alone for days: an old file like any other, pruned in its turn.
+        os.utime(idle_path, (long_ago, long_ago))
+        assert idle_path in prune_autosaves(keep=0)
+    finally:
+        if idle.poll() is None:
+            idle.kill()
+        idle.wait()
+
+
+def test_two_owners_in_one_process_never_share_or_prune_a_file():
+    _old_autosaves(22)
+    a = autosave.open_autosave("m", now=datetime(2026, 5, 5, 5, 5, 5))
+    b = autosave.open_autosave("m", now=datetime(2026, 5, 5, 5, 5, 5))  # same second, same model
+    try:
+        assert a.name != b.name and autosave.is_owned(Path(a.name)) and autosave.is_owned(Path(b.name))
+        for f in (a, b):
+            os.utime(f.name, (time.time() - 86400,) * 2)
+        prune_autosaves(keep=0)
+        assert Path(a.name).exists() and Path(b.name).exists()
+    finally:
+        a.close()
+        b.close()
+    assert not autosave.is_owned(Path(a.name))
+    assert set(prune_autosaves(keep=0)) >= {Path(a.name), Path(b.name)}
+
+
 def _spawn(args: list[str], cwd: Path) -> subprocess.Popen:
     env = dict(os.environ, TRANSFORMERS_VERBOSITY="error", PYTHONUNBUFFERED="1")
     return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -225,7 +225,7 @@ def test_turn_layers_markdown_collapses(gemma3_record):
 
 
 def test_markdown_primitives_survive_hostile_text():
-    assert md_cell("a|b\nc") == "a\\|b<br>c" and md_cell(None) == "–"
+    assert md_cell("a|b\nc") == "a&#124;b<br>c" and md_cell(None) == "–"
     fenced = md_fence("look: ```python\nx```` y")
     assert fenced.startswith("`````text\n") and fenced.endswith("\n`````")
 
@@ -255,7 +255,7 @@ def test_reproduce_names_what_a_command_cannot_carry(gemma3_record):
         caveats = " ".join(reproduce(rec).caveats)
     finally:
         rec.turns[1].policy, rec.turns[2].status = saved
-    assert "different policies (recreate, reuse)" in caveats and "turn 3 was stopped by hand" in caveats
+    assert "different policies (`recreate`, `reuse`)" in caveats and "turn 3 was stopped by hand" in caveats
 
 
 def test_out_folder_mistakes_exit_2(gemma3_record, tmp_path, capsys):

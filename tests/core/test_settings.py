@@ -121,3 +121,30 @@ def test_run_on_is_remembered_and_checked(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         bad = load_settings(p)
     assert bad.run_on == "local" and bad.ssh_host == "gpu2" and "run_on" in caplog.text
+
+
+def test_a_settings_file_nested_too_deeply_gives_defaults_and_one_warning(tmp_path, caplog):
+    p = tmp_path / "settings.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    with caplog.at_level(logging.WARNING, logger="kvinspect.core.settings"):
+        s = load_settings(p)  # no RecursionError: `kvinspect gui` and `view` start
+    assert s == Settings()
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "nested deeper than 64 levels" in warnings[0] and "\n" not in warnings[0]
+    p.write_text('{"theme": ' + "[" * 70 + "]" * 70 + "}")
+    assert load_settings(p) == Settings()
+
+
+def test_a_settings_path_that_is_a_folder_leaks_no_temporary_file(tmp_path, caplog):
+    p = tmp_path / "settings.json"
+    p.mkdir()
+    with caplog.at_level(logging.WARNING, logger="kvinspect.core.settings"):
+        for _ in range(3):
+            assert save_settings(Settings(), p) is None
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["settings.json"] and not any(p.iterdir())
+    assert "it is a folder" in caplog.records[-1].getMessage()
+    # A value that cannot be UTF-8 (a lone surrogate from a damaged file) fails the write, leaving nothing behind.
+    q = tmp_path / "other" / "settings.json"
+    s = Settings()
+    s.system_prompt = "bad\ud800"
+    assert save_settings(s, q) is None and list(q.parent.iterdir()) == []

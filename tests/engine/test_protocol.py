@@ -149,9 +149,18 @@ def test_end_of_input_ends_the_engine(engine_child):
 
 def test_engine_command():
     assert engine_command() == [sys.executable, "-m", "kvinspect", "engine"]
-    assert engine_command("gpu-box") == ["ssh", "-T", "-o", "BatchMode=yes", "gpu-box", "python3", "-m",
+    assert engine_command("gpu-box") == ["ssh", "-T", "-o", "BatchMode=yes", "--", "gpu-box", "python3", "-m",
                                          "kvinspect", "engine"]
-    assert engine_command("me@gpu-box", "/opt/venv/bin/python")[4:6] == ["me@gpu-box", "/opt/venv/bin/python"]
+    assert engine_command("me@gpu-box", "/opt/venv/bin/python")[5:7] == ["me@gpu-box", "/opt/venv/bin/python"]
+
+
+@pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/x", " -J evil", "--", "", "a b", "a\x1b[2Jb"])
+def test_an_ssh_host_is_never_read_as_an_option(host):
+    from kvinspect.engine.launch import SshHostError
+
+    with pytest.raises(SshHostError) as err:
+        engine_command(host or " ")
+    assert "\n" not in str(err.value) and "\x1b" not in str(err.value)
 
 
 class _BlockingPipe:

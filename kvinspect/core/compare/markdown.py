@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from kvinspect.core.report.markdown import md_fence
 from kvinspect.core.report.text_table import md_table
+from kvinspect.core.text_safety import md_code, md_text
 from kvinspect.core.units import fmt_bytes
 
 DASH = "–"
@@ -95,16 +97,17 @@ def markdown(d: dict) -> str:
     s = plan["settings"]
     ver = d.get("versions") or {}
     mem = d["memory_label"]
-    out = [f"# kvinspect compare: {m['name']} on {d['device']}", ""]
+    out = [f"# kvinspect compare: {md_text(m['name'])} on {md_text(d['device'])}", ""]
     facts = [
-        f"Model `{m['spec']}` ({m['class']}, {m['dtype']}, {m['n_layers']} layers) on `{d['device']}`",
-        f"transformers {ver.get('transformers', '?')}, torch {ver.get('torch', '?')}",
+        f"Model {md_code(m['spec'])} ({md_text(m['class'])}, {md_text(m['dtype'])}, {m['n_layers']} layers) on "
+        f"{md_code(d['device'])}",
+        f"transformers {md_text(ver.get('transformers', '?'))}, torch {md_text(ver.get('torch', '?'))}",
         f"max_new_tokens {s['max_new_tokens']}, {'sampling' if s['do_sample'] else 'greedy'}",
         f"{plan['repeat']} repeat(s), interleaved (configuration order rotated every repeat)",
-        f"created {d['created']}",
+        f"created {md_text(d['created'])}",
     ]
     if d.get("script"):
-        facts.insert(2, f"script {plan.get('script') or '(inline)'}: {len(d['script']['turns'])} turns")
+        facts.insert(2, f"script {md_text(plan.get('script') or '(inline)')}: {len(d['script']['turns'])} turns")
     out += [" · ".join(facts), ""]
     if d.get("cancelled"):
         out += ["> **Cancelled**: the figures below cover only what finished before Cancel.", ""]
@@ -112,7 +115,7 @@ def markdown(d: dict) -> str:
         head, _, why = d["nothing_measured"].partition(": ")
         out += [f"> **{head[:1].upper()}{head[1:]}**: {why}.", ""]
     if d.get("command"):
-        out += ["```", " ".join(d["command"]), "```", ""]
+        out += [md_fence(" ".join(d["command"])), ""]
     configs = d["configs"]
     base = d.get("baseline")
     if plan.get("conversation"):
@@ -121,7 +124,7 @@ def markdown(d: dict) -> str:
     skipped = [c for c in configs if c["status"] != "ran"]
     if skipped:
         out += ["## Skipped", ""]
-        out += [f"- **{c['name']}** ({c['status']}): {c['reason']}" for c in skipped]
+        out += [f"- **{md_text(c['name'])}** ({md_text(c['status'])}): {md_text(c['reason'])}" for c in skipped]
         out.append("")
     if d.get("stress"):
         out += _stress(d["stress"])
@@ -133,7 +136,7 @@ def markdown(d: dict) -> str:
                 if p.endswith(".png")]
         out.append("")
     out += ["## Notes", ""]
-    out += [f"- {n}" for n in _standard_notes(d) + list(d.get("notes") or [])]
+    out += [f"- {n}" for n in _standard_notes(d)] + [f"- {md_text(n)}" for n in d.get("notes") or []]
     out.append("")
     return "\n".join(out)
 
@@ -144,12 +147,12 @@ def _correctness(doc: dict | None) -> list[str]:
         return []
     out = ["## Correctness", ""]
     if doc.get("skip"):
-        return out + [f"Not compared: {doc['skip']}.", ""]
-    out += [f"Greedy replies compared token by token with **{doc['baseline']}**'s.", "",
+        return out + [f"Not compared: {md_text(doc['skip'])}.", ""]
+    out += [f"Greedy replies compared token by token with **{md_text(doc['baseline'])}**'s.", "",
             "| configuration | same replies | first difference |", "|---|---|---|"]
     for c in doc.get("configs") or []:
         if c.get("skip"):
-            out.append(f"| {c['name']} | – | not compared: {c['skip']} |")
+            out.append(f"| {md_text(c['name'])} | – | not compared: {md_text(c['skip'])} |")
             continue
         diffs = [t for t in c["turns"] if t["same"] is False]
         where = "; ".join(
@@ -157,15 +160,15 @@ def _correctness(doc: dict | None) -> list[str]:
             f"{_code(t['continuation'])}" for t in diffs[:3]) or "–"
         skipped = [t for t in c["turns"] if t["skip"]]
         if skipped:
-            where += f" ({len(skipped)} turn(s) not compared: {skipped[0]['skip']})"
+            where += f" ({len(skipped)} turn(s) not compared: {md_text(skipped[0]['skip'])})"
         verdict = f"{c['same_turns']}/{c['compared_turns']} turns" + ("" if not diffs else " ⚠️")
-        out.append(f"| {c['name']} | {verdict} | {where} |")
+        out.append(f"| {md_text(c['name'])} | {verdict} | {where} |")
     return out + [""]
 
 
 def _code(text: str | None) -> str:
-    t = (text or "").replace("|", "\\|").replace("\n", "⏎").replace("`", "'")
-    return f"`{t}`" if t else "(end)"
+    """A continuation as inline code, in a table row: its ``|`` escaped for the table."""
+    return md_code(text).replace("|", "\\|") if text else "(end)"
 
 
 def _conversation(configs: list[dict], base: str | None, mem: str) -> list[str]:
@@ -180,7 +183,7 @@ def _conversation(configs: list[dict], base: str | None, mem: str) -> list[str]:
         sm = c["summary"]
         fails = sm["turns_failed"]
         rows.append([
-            f"**{c['name']}**", spread(sm["ttft_s"]), spread(sm["conversation_s"]),
+            f"**{md_text(c['name'])}**", spread(sm["ttft_s"]), spread(sm["conversation_s"]),
             spread(sm["decode_tokens_per_s"], fmt_rate),
             _list(sm["prefill_tokens_per_turn"]), _bytes(sm["peak_kv_bytes"]), _bytes(sm["peak_memory_bytes"]),
             f"{fails}/{sm['turns_total']}" if fails else "0",
@@ -191,8 +194,8 @@ def _conversation(configs: list[dict], base: str | None, mem: str) -> list[str]:
     b = next((c for c in ran if c["name"] == base), None)
     if b is not None and len(ran) > 1:
         bs = b["summary"]
-        out += [f"Relative to **{base}** (median ÷ median; below 1× is faster or smaller):", ""]
-        rows = [[f"**{c['name']}**", ratio(med(c["summary"]["ttft_s"]), med(bs["ttft_s"])),
+        out += [f"Relative to **{md_text(base)}** (median ÷ median; below 1× is faster or smaller):", ""]
+        rows = [[f"**{md_text(c['name'])}**", ratio(med(c["summary"]["ttft_s"]), med(bs["ttft_s"])),
                  ratio(med(c["summary"]["conversation_s"]), med(bs["conversation_s"])),
                  ratio(med(c["summary"]["decode_tokens_per_s"]), med(bs["decode_tokens_per_s"])),
                  ratio(c["summary"]["peak_kv_bytes"], bs["peak_kv_bytes"])] for c in ran if c["name"] != base]
@@ -201,8 +204,8 @@ def _conversation(configs: list[dict], base: str | None, mem: str) -> list[str]:
     fail_rows = []
     for c in ran:
         for f in c["summary"]["failures"]:
-            fail_rows.append([f"**{c['name']}**", f["kind"], _list(f["turns"]), _list(f["repeats"]), f["count"],
-                              f["reason"]])
+            fail_rows.append([f"**{md_text(c['name'])}**", f["kind"], _list(f["turns"]), _list(f["repeats"]), f["count"],
+                              md_text(f["reason"])])
     if fail_rows:
         out += ["### Failures", ""]
         out += _table(["configuration", "kind", "turns", "repeats", "count", "reason"], fail_rows, "llllrl")
@@ -215,7 +218,7 @@ def _conversation(configs: list[dict], base: str | None, mem: str) -> list[str]:
 
 def _per_config(c: dict, mem: str) -> list[str]:
     sm = c["summary"]
-    out = [f"### {c['name']}", "", f"{c['description']} (policy `{c['policy']}`, cache `{c['cache_impl']}`"
+    out = [f"### {md_text(c['name'])}", "", f"{md_text(c['description'])} (policy {md_code(c['policy'])}, cache {md_code(c['cache_impl'])}"
            + (f", max_cache_len {c['max_cache_len']}" if c.get("max_cache_len") else "") + ")."
            + f" Cache objects per run: {sm['cache_objects_per_run']}.", ""]
     rows = []
@@ -255,7 +258,7 @@ def recompile_note(name: str, rl: dict) -> str:
             f"({rl.get('limit')} graphs for one function) in {where}; dynamo compiled no more graphs for it, so "
             "decode steps those graphs did not cover ran eagerly and these figures are partly eager.")
     if rl.get("reason"):
-        text += f" Last recompile reason: `{rl['reason']}`."
+        text += f" Last recompile reason: {md_code(rl['reason'])}."
     return text
 
 
@@ -274,9 +277,9 @@ def _stress(st: dict) -> list[str]:
             "token.", ""]
     rows = []
     for c in st["configs"]:
-        rows.append([f"**{c['name']}**", c["status"], _v(c["failed_at_turn"]), _v(c["tokens_at_failure"]),
+        rows.append([f"**{md_text(c['name'])}**", c["status"], _v(c["failed_at_turn"]), _v(c["tokens_at_failure"]),
                      _v(c.get("cache_rows_needed")), _v(c["failure_kind"]), c["turns_completed"],
-                     c["tokens_completed"], _v(c.get("max_cache_len")), c["reason"] or DASH])
+                     c["tokens_completed"], _v(c.get("max_cache_len")), md_text(c["reason"] or DASH)])
     out += _table(["configuration", "result", "failed at turn", "tokens at failure (prompt + new)",
                    "cache rows needed", "kind", "turns completed", "tokens completed", "max_cache_len", "reason"],
                   rows, "llrrrlrrrl")
@@ -287,7 +290,7 @@ def _stress(st: dict) -> list[str]:
 def _lengths(lg: dict, base: str | None, mem: str) -> list[str]:
     lens = [int(k) for k in lg["prompt_tokens"]]
     cfgs = lg["configs"]
-    skipped = [f"- length {s['length']} skipped: {s['reason']}" for s in lg.get("skipped") or []]
+    skipped = [f"- length {s['length']} skipped: {md_text(s['reason'])}" for s in lg.get("skipped") or []]
     if not lens or not cfgs:
         why = "every length was skipped" if not lens else "no configuration ran (see Skipped)"
         return ([f"## Prompt-length sweep (one turn, {lg['max_new_tokens']} new tokens)", "",
@@ -302,7 +305,7 @@ def _lengths(lg: dict, base: str | None, mem: str) -> list[str]:
         b = next((c for c in cfgs if c["name"] == base), None)
         for c in cfgs:
             pts = {p["length"]: p for p in c["points"]}
-            row = [f"**{c['name']}**"]
+            row = [f"**{md_text(c['name'])}**"]
             for n in lens:
                 p = pts.get(n)
                 val = p.get(key) if p else None
@@ -318,8 +321,8 @@ def _lengths(lg: dict, base: str | None, mem: str) -> list[str]:
             rows.append(row)
         return [f"**{title}**", ""] + _table(["configuration"] + [f"{n} tokens" for n in lens], rows) + [""]
 
-    out += grid(f"TTFT (ratio vs {base})" if base else "TTFT", "ttft_s", fmt_s, True)
-    out += grid(f"Turn latency (ratio vs {base})" if base else "Turn latency", "total_s", fmt_s, True)
+    out += grid(f"TTFT (ratio vs {md_text(base)})" if base else "TTFT", "ttft_s", fmt_s, True)
+    out += grid(f"Turn latency (ratio vs {md_text(base)})" if base else "Turn latency", "total_s", fmt_s, True)
     out += grid("Decode tokens/s", "decode_tokens_per_s", fmt_rate, False)
     out += grid("Peak KV bytes", "peak_kv_bytes", _bytes, False)
     out += grid(mem, "peak_memory_bytes", _bytes, False)
@@ -328,7 +331,7 @@ def _lengths(lg: dict, base: str | None, mem: str) -> list[str]:
     fails = [(c["name"], p["length"], f) for c in cfgs for p in c["points"] for f in p["failures"]]
     if fails:
         out += _table(["configuration", "length", "count", "reason"],
-                      [[f"**{n}**", ln, f["count"], f["reason"]] for n, ln, f in fails], "lrrl") + [""]
+                      [[f"**{md_text(n)}**", ln, f["count"], md_text(f["reason"])] for n, ln, f in fails], "lrrl") + [""]
     return out
 
 

@@ -22,6 +22,7 @@ from kvinspect.core.compare.summary import (
     warmup_summary,
 )
 from kvinspect.core.report.plots import NO_RENDERER, Renderer
+from kvinspect.core.text_safety import json_dumps_utf8
 
 JSON_NAME = "compare.json"
 MD_NAME = "compare.md"
@@ -145,7 +146,7 @@ def _rel(p: Path, base: Path) -> str:
 
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(json_dumps_utf8(data, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 

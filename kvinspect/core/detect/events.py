@@ -65,12 +65,15 @@ class Event:
         return self.kind not in INFO_KINDS and self.severity != "info"
 
     def markdown(self) -> str:
+        """The event as Markdown; every field is inert text (a shared trace may hold anything in them)."""
+        from kvinspect.core.text_safety import md_text
+
         where = f"turn {self.turn + 1}, step {self.step}"
         if self.layers:
-            where += ", layers " + _ranges(self.layers)
-        out = f"**{self.kind}** ({self.severity}, {where}): {self.message}"
+            where += ", layers " + md_text(_ranges(self.layers))
+        out = f"**{md_text(self.kind)}** ({md_text(self.severity)}, {where}): {md_text(self.message)}"
         if self.advice:
-            out += f"\n\n*What to do:* {self.advice}"
+            out += f"\n\n*What to do:* {md_text(self.advice)}"
         return out
 
 

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, float | None], None]
 CancelCheck = Callable[[], bool]
 
+#: Longer than any path the filesystem takes (PATH_MAX) or any hub id.
+MAX_SPEC_CHARS = 4096
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 #: Used when a checkpoint ships no chat template (base models): ChatML, clearly flagged.
@@ -84,6 +86,18 @@ def resolve_spec(spec: str) -> ResolvedSpec:
     if spec is None or not str(spec).strip():
         raise ModelSpecError("no model given; try a built-in: " + ", ".join(builtin_names()))
     spec = str(spec).strip()
+    if len(spec) > MAX_SPEC_CHARS:
+        raise ModelSpecError(f"the model spec is {len(spec):,} characters long; a built-in name, a path or a hub id "
+                             f"is at most {MAX_SPEC_CHARS:,}")
+    if "\x00" in spec or any("\ud800" <= ch <= "\udfff" for ch in spec):
+        raise ModelSpecError("the model spec holds a NUL or a lone surrogate: not a name, a path or a hub id")
+    try:
+        return _resolve(spec)
+    except OSError as exc:  # a name too long for the filesystem, a folder that cannot be read
+        raise ModelSpecError(f"cannot use {spec!r} as a model: {exc.strerror or exc}") from None
+
+
+def _resolve(spec: str) -> ResolvedSpec:
     b = find_builtin(spec)
     if b is not None:
         if b.fetch:
@@ -96,7 +110,11 @@ def resolve_spec(spec: str) -> ResolvedSpec:
             p = fetched_path(b.fetch)
             return ResolvedSpec(spec, "gguf", str(p.parent), builtin=b, gguf_file=p.name)
         return ResolvedSpec(spec, "builtin", b.name, builtin=b)
-    path = Path(spec).expanduser()
+    try:
+        path = Path(spec).expanduser()
+    except RuntimeError:  # ~nosuchuser: no home directory to expand
+        raise ModelSpecError(f"no such file or directory: {spec} (no user {spec[1:].split('/', 1)[0]!r} "
+                             f"to expand ~ for)") from None
     if spec.lower().endswith(".gguf"):
         if not path.is_file():
             raise ModelSpecError(f"GGUF file not found: {spec}")

@@ -21,6 +21,7 @@ from kvinspect.core.report.markdown import event_markdown, layer_table_markdown,
 from kvinspect.core.report.plots import NO_RENDERER, Renderer
 from kvinspect.core.report.report_md import PLOTS, REPORT_NAME, SUMMARY_NAME, WINDOW_NAME, report_markdown
 from kvinspect.core.report.reproduce import SCRIPT_NAME, Reproduction, reproduce
+from kvinspect.core.text_safety import utf8_safe
 from kvinspect.core.trace.record import TraceRecord
 from kvinspect.core.trace.redact import redact_record
 from kvinspect.core.trace.summary import write_summary
@@ -125,7 +126,7 @@ def write_report(source: TraceRecord | str | os.PathLike, out_dir: str | os.Path
         written.append(rep.script.save(out / SCRIPT_NAME))
     if rep.template_name and rep.template_text:
         p = out / rep.template_name
-        p.write_text(rep.template_text, encoding="utf-8")
+        p.write_text(utf8_safe(rep.template_text), encoding="utf-8")  # a trace's lone surrogate, written visibly
         written.append(p)
 
     images: dict[str, list[str]] = {}

@@ -12,6 +12,7 @@ import math
 
 from kvinspect.core.detect.events import Event, _ranges
 from kvinspect.core.report.text_table import md_cell, md_table  # noqa: F401 - md_cell re-exported
+from kvinspect.core.text_safety import Markdown, md_block, md_code, md_text
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.units import fmt_bytes
 
@@ -20,18 +21,20 @@ LAYER_KEYS = ("kind", "cls", "seen", "stored", "capacity", "window", "device", "
 
 # -- Markdown primitives ------------------------------------------------------------------------
 
-def md_fence(text: str, lang: str = "text") -> str:
-    """A fenced block that survives backticks in ``text`` (model output can hold any)."""
+def md_fence(text: str, lang: str = "text") -> Markdown:
+    """A fenced block that survives backticks in ``text`` (model output can hold any); controls escaped."""
+    text = md_block(text)
     run, longest = 0, 0
     for ch in text:
         run = run + 1 if ch == "`" else 0
         longest = max(longest, run)
     fence = "`" * max(3, longest + 1)
-    return f"{fence}{lang}\n{text}\n{fence}"
+    return Markdown(f"{fence}{lang}\n{text}\n{fence}")
 
 
-def code_span(v) -> str:
-    return f"`{v}`" if v not in (None, "") else "–"
+def code_span(v) -> Markdown:
+    """An inline code span of ``v`` (inert whatever it holds); a dash for nothing."""
+    return md_code(v) if v not in (None, "") else Markdown("–")
 
 
 def _num(v, nd: int = 2) -> str:
@@ -69,10 +72,10 @@ def turn_phrase(numbers, capital: bool = False) -> str:
 def cache_label(turn: TurnRecord) -> str:
     """The Cache cell of a turn. The trace writes the class ``"None"`` for a turn that ended with no
     cache object (a failed first forward): shown as ``none``, as the terminal table does."""
-    cls = turn.cache_class if turn.cache_class not in ("", "None", None) else ""
+    cls = md_text(turn.cache_class) if turn.cache_class not in ("", "None", None) else ""
     if turn.cache_id:
-        return f"#{turn.cache_id} {cls}".strip()
-    return cls or "none"
+        return Markdown(f"#{int(turn.cache_id)} {cls}".strip())
+    return Markdown(cls or "none")
 
 
 def run_lengths(values: list) -> str:
@@ -129,7 +132,7 @@ def event_markdown(event: Event, record: TraceRecord | None = None) -> str:
     """One event's explanation, with its numbers and (given ``record``) the versions that produced it."""
     out = event.markdown()
     if event.data:
-        out += "\n\n*Numbers:* " + " ".join(f"`{k}={json.dumps(v, ensure_ascii=False)}`"
+        out += "\n\n*Numbers:* " + " ".join(md_code(f"{k}={json.dumps(v, ensure_ascii=False)}")
                                              for k, v in event.data.items())
     if record is not None:
         out += "\n\n<sub>" + context_line(record) + "</sub>"
@@ -192,7 +195,7 @@ def kinds_legend(rows: list[dict]) -> str:
         idx = [r["index"] for r in rows if (r.get("kind") or "").removeprefix("static-") == kind]
         if not idx:
             continue
-        line = f"*{kind}* ({_ranges(idx)}): {text}"
+        line = f"*{kind}* ({_ranges(idx)}): {text}"  # the kind is one of KIND_LEGEND's, not the trace's
         if kind == "shared":
             pairs = [f"{r['index']}→{r['reads_from']}" for r in rows
                      if r.get("kind") == "shared" and r.get("reads_from") is not None]
@@ -206,6 +209,7 @@ def context_line(record: TraceRecord) -> str:
     h = record.header
     v = h.get("versions") or {}
     m = h.get("model") or {}
-    parts = [f"kvinspect {v.get('kvinspect', '?')}", f"transformers {v.get('transformers', '?')}",
-             f"torch {v.get('torch', '?')}", f"{m.get('name') or m.get('spec') or 'model'} on {h.get('device') or '?'}"]
-    return " · ".join(parts)
+    parts = [f"kvinspect {md_text(v.get('kvinspect', '?'))}", f"transformers {md_text(v.get('transformers', '?'))}",
+             f"torch {md_text(v.get('torch', '?'))}",
+             f"{md_text(m.get('name') or m.get('spec') or 'model')} on {md_text(h.get('device') or '?')}"]
+    return Markdown(" · ".join(parts))

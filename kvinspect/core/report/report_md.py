@@ -34,6 +34,7 @@ from kvinspect.core.report.reproduce import (
     reproduce,
     trace_origin,
 )
+from kvinspect.core.text_safety import Markdown, md_text
 from kvinspect.core.tokens.text import STRIP_LEGEND, event_strip
 from kvinspect.core.trace.record import TraceRecord
 from kvinspect.core.trace.tracefile import TRACE_NAME
@@ -63,7 +64,7 @@ def report_markdown(record: TraceRecord, *, reproduction: Reproduction | None = 
         _sec_conversation(record, redacted), _sec_events(record), _sec_checklist(record),
         _sec_plots(images or {}, screenshot, image_notes), _sec_layers(record), _sec_notes(record),
         _sec_files(files),
-        f"---\n<sub>Written by kvinspect {(record.header.get('versions') or {}).get('kvinspect') or ''} from "
+        f"---\n<sub>Written by kvinspect {md_text((record.header.get('versions') or {}).get('kvinspect') or '')} from "
         f"`{TRACE_NAME}`. Every file here is plain text, JSON or an image: nothing needs the network or kvinspect "
         f"to read.</sub>",
     ]
@@ -74,13 +75,13 @@ def _title(record: TraceRecord) -> str:
     h = record.header
     m = h.get("model") or {}
     sess = h.get("session") or {}
-    name = m.get("name") or m.get("spec") or "model"
+    name = md_text(m.get("name") or m.get("spec") or "model")
     n = len(record.turns)
     lines = [
-        f"# kvinspect report: {name}, {count_noun(n, 'turn')}, policy `{sess.get('policy') or '?'}`",
+        f"# kvinspect report: {name}, {count_noun(n, 'turn')}, policy {code_span(sess.get('policy') or '?')}",
         _verdict(record),
-        f"Recorded {h.get('created') or '?'} · {record.n_steps} forward passes · trace format "
-        f"{h.get('version') or '?'}" + (" · **conversation redacted**" if record.header.get("redacted") else ""),
+        f"Recorded {md_text(h.get('created') or '?')} · {record.n_steps} forward passes · trace format "
+        f"{md_text(h.get('version') or '?')}" + (" · **conversation redacted**" if record.header.get("redacted") else ""),
         "Contents: [Reproduce](#reproduce) · [Environment](#environment) · [Model](#model) · "
         "[Cache and session](#cache-and-session) · [Turns](#turns) · [Events](#events) · "
         "[Checklist](#checklist) · [Plots](#plots) · [Layers at the end of each turn](#layers-at-the-end-of-each-turn)",
@@ -96,7 +97,7 @@ def _verdict(record: TraceRecord) -> str:
         for e in problems:
             by_kind.setdefault(e.kind, []).append(e.turn + 1)
         head = f"⚠️ **{count_noun(len(problems), 'problem event')}:** " + "; ".join(
-            f"`{k}` ({turn_phrase(ts)})" for k, ts in by_kind.items()) + "."
+            f"{code_span(k)} ({turn_phrase(ts)})" for k, ts in by_kind.items()) + "."
     else:
         head = "✅ **No problem events.**"
     facts = []
@@ -106,7 +107,8 @@ def _verdict(record: TraceRecord) -> str:
     bad = [t for t in record.turns if t.status not in ("ok", "running")]
     if bad:
         statuses = {t.status for t in bad}
-        why = bad[0].status if len(statuses) == 1 else ", ".join(f"turn {t.index + 1} {t.status}" for t in bad)
+        why = md_text(bad[0].status) if len(statuses) == 1 else ", ".join(f"turn {t.index + 1} {md_text(t.status)}"
+                                                                           for t in bad)
         facts.append(f"{turn_phrase([t.index + 1 for t in bad], capital=True)} did not complete normally ({why}): "
                      f"see [Turns](#turns).")
     if record.notes:
@@ -132,7 +134,7 @@ def _rerun_writes(aside: str = "") -> str:
 
 def _reproduce_script(record: TraceRecord, rep: Reproduction, redacted: bool) -> list[str]:
     """``kvinspect run`` (recorded or rebuilt): the command replays the bundled chat script."""
-    tpl = f" with the chat template `{rep.template_name}` saved next to it" if rep.template_name else ""
+    tpl = f" with the chat template {code_span(rep.template_name)} saved next to it" if rep.template_name else ""
     out = []
     if redacted:
         n = len(record.turns)
@@ -159,7 +161,7 @@ def _reproduce_script(record: TraceRecord, rep: Reproduction, redacted: bool) ->
 
 def _reproduce_program(rep: Reproduction) -> list[str]:
     """A traced or observed program: rerun the program. There is no chat script, and the words say why."""
-    where = f" (`{rep.run_in}` when it was recorded)" if rep.run_in else ""
+    where = f" ({code_span(rep.run_in)} when it was recorded)" if rep.run_in else ""
     no_script = (f"There is no `{SCRIPT_NAME}`: the program decides the conversation, and its turns are its "
                  f"`generate()` (or forward) calls, named here by call site.")
     if rep.origin == TRACE:
@@ -213,7 +215,7 @@ def _sec_model(record: TraceRecord) -> str:
             ["Layers", f"{record.n_layers}: {kinds}"]]
     out = ["## Model", md_table(["Field", "Value"], rows)]
     if m.get("notes"):
-        out.append("Loading notes:\n\n" + "\n".join(f"- {n}" for n in m["notes"]))
+        out.append("Loading notes:\n\n" + "\n".join(f"- {md_text(n)}" for n in m["notes"]))
     cfg = m.get("config") or {}
     if cfg:
         crow = [[code_span(k), run_lengths([x if isinstance(x, str) else json.dumps(x) for x in v])
@@ -241,10 +243,10 @@ def _sec_cache(record: TraceRecord, rep: Reproduction) -> str:
         if t.cache_class:  # "None": the turn ended without a cache object
             name = "no cache object" if cache_label(t) == "none" else code_span(t.cache_class)
             classes.setdefault(name, []).append(t.index + 1)
-    cls = "; ".join(f"{c} ({turn_phrase(ts)})" for c, ts in classes.items()) or "–"
+    cls = Markdown("; ".join(f"{c} ({turn_phrase(ts)})" for c, ts in classes.items()) or "–")
     tpl = sess.get("chat_template")
-    tpl_text = f"{code_span(tpl)}" + (f", saved here as `{rep.template_name}`" if rep.template_name else "") \
-        if tpl else "the tokenizer's own"
+    tpl_text = Markdown(f"{code_span(tpl)}" + (f", saved here as {code_span(rep.template_name)}"
+                                               if rep.template_name else "")) if tpl else "the tokenizer's own"
     settings = sess.get("settings") or {}
     rows = [["Policy", code_span(sess.get("policy"))], ["Cache implementation", code_span(sess.get("cache_impl"))],
             ["Cache class", cls], ["Chat template", tpl_text],
@@ -272,7 +274,8 @@ def _sec_provenance(record: TraceRecord) -> str:
                 groups.setdefault(sig, []).append(t.index + 1)
     if not groups:
         return ""
-    rows = [[code_span(key), value if value == "unset" else code_span(value), source + (f" ({code_span(path)})" if path else ""), turn_phrase(ts)]
+    rows = [[code_span(key), value if value == "unset" else code_span(value),
+             Markdown(md_text(source) + (f" ({code_span(path)})" if path else "")), turn_phrase(ts)]
             for (key, value, source, path), ts in groups.items()]
     return ("## Generation config provenance\n\nWhere each effective value came from: a `generate()` kwarg, a "
             "`GenerationConfig` passed in, the checkpoint's `generation_config.json`, code that set "
@@ -295,14 +298,14 @@ def _sec_conversation(record: TraceRecord, redacted: bool) -> str:
         out.append(f"**Turn {t.index + 1}, {'call' if observed else 'user'}**" + (" (redacted)" if redacted else ""))
         out.append(md_fence(t.user or ""))
         new = count_noun(t.new_tokens, "new token") if isinstance(t.new_tokens, int) else "new tokens unknown"
-        label = f"**{'Output' if observed else 'Assistant'}** ({new}, {t.status or 'status unknown'})"
+        label = f"**{'Output' if observed else 'Assistant'}** ({new}, {md_text(t.status or 'status unknown')})"
         reply = t.reply if t.reply else "(no reply recorded)"
         if not redacted and reply.count("\n") > 12:
             out.append(f"<details><summary>{label}</summary>\n\n{md_fence(reply)}\n\n</details>")
         else:
             out += [label, md_fence(reply)]
         if t.error:
-            out.append(f"Error: {t.error}")
+            out.append(f"Error: {md_text(t.error)}")
     return "\n\n".join(out)
 
 
@@ -311,7 +314,7 @@ def _sec_events(record: TraceRecord) -> str:
         return "## Events\n\nNo detector fired."
     out = ["## Events"]
     for n, e in enumerate(sorted(record.events, key=lambda e: (e.step, e.turn)), 1):
-        out.append(f"### {n}. {SEVERITY_ICON.get(e.severity, '')} {e.kind} (turn {e.turn + 1})")
+        out.append(f"### {n}. {SEVERITY_ICON.get(e.severity, '')} {md_text(e.kind)} (turn {e.turn + 1})")
         out.append(event_markdown(e))
         tokens = event_strip(record, e)
         if tokens:
@@ -338,7 +341,8 @@ def _sec_checklist(record: TraceRecord) -> str:
            "whether the cache object matches the generation config.",
            md_table(["Check"] + [f"Turn {t.index + 1}" for t in turns], rows)]
     for t in turns:
-        ev = "\n".join(f"- {STATUS_ICON.get(i['status'], '')} **{i['title']}**: {i['evidence']}" for i in t.checklist)
+        ev = "\n".join(f"- {STATUS_ICON.get(i['status'], '')} **{md_text(i['title'])}**: {md_text(i['evidence'])}"
+                       for i in t.checklist)
         out.append(f"<details><summary>Evidence, turn {t.index + 1}</summary>\n\n{ev}\n\n</details>")
     return "\n\n".join(out)
 
@@ -354,7 +358,7 @@ def _sec_plots(images: dict[str, list[str]], screenshot: str | None, notes: Sequ
     if screenshot:
         out.append(f"**The inspector window at export**\n\n![kvinspect window]({screenshot})")
     if notes:
-        out.append("\n".join(f"- {n}" for n in notes))
+        out.append("\n".join(f"- {md_text(n)}" for n in notes))
     if len(out) == 1:
         out.append("No images in this bundle.")
     return "\n\n".join(out)
@@ -386,7 +390,7 @@ def _sec_notes(record: TraceRecord) -> str:
     src = (record.header.get("notes") or {}).get("source_trace_notes")
     if src:
         notes += [f"(in the original trace) {n}" for n in src]
-    body = "\n".join(f"- {n}" for n in notes) if notes else "The trace was read completely; nothing was damaged."
+    body = "\n".join(f"- {md_text(n)}" for n in notes) if notes else "The trace was read completely; nothing was damaged."
     return "## Trace notes\n\n" + body
 
 

@@ -20,12 +20,14 @@ is listed as caveats.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvinspect.core.model.catalog import find_builtin
 from kvinspect.core.report.markdown import count_noun, turn_phrase
 from kvinspect.core.session.script import ChatScript, GenerationSettings
+from kvinspect.core.text_safety import md_code
 from kvinspect.core.trace.record import TraceRecord
 
 SCRIPT_NAME = "script.json"
@@ -110,29 +112,35 @@ def reproduce(record: TraceRecord) -> Reproduction:
     if tpl_text:
         tpl_name = _template_file_name(tpl_path)
     elif tpl_path:
-        caveats.append(f"the chat template {tpl_path} is not stored in this trace (older writer): the command "
+        caveats.append(f"the chat template {md_code(tpl_path)} is not stored in this trace (older writer): the command "
                        f"needs that file at that path")
     header_cmd = h.get("command")
+    if header_cmd and not (len(header_cmd) > 1 and header_cmd[1] == "run"
+                           and Path(str(header_cmd[0])).name in ("kvinspect", "kvinspect.exe", "__main__.py")):
+        # The trace is the sender's: a "command" that is not kvinspect's own is never offered as the way to rerun.
+        caveats.append("the trace's recorded command is not a `kvinspect run` command line, so it is not shown; "
+                       "this one is rebuilt from the session settings")
+        header_cmd = None
     if header_cmd:
         cmd = _retarget(list(header_cmd), tpl_name)
     else:
         cmd = _rebuild_command(h, tpl_name or tpl_path)
     policies = sorted({t.policy for t in record.turns if t.policy})
     if len(policies) > 1:
-        caveats.append(f"turns used different policies ({', '.join(policies)}); `kvinspect run` applies one "
-                       f"policy ({sess.get('policy')}) to every turn")
+        caveats.append(f"turns used different policies ({', '.join(map(md_code, policies))}); `kvinspect run` "
+                       f"applies one policy ({md_code(sess.get('policy'))}) to every turn")
     impls = sorted({t.cache_impl for t in record.turns if t.cache_impl})
     if len(impls) > 1:
-        caveats.append(f"turns used different cache implementations ({', '.join(impls)}); the command uses "
-                       f"{sess.get('cache_impl')} for every turn")
+        caveats.append(f"turns used different cache implementations ({', '.join(map(md_code, impls))}); the "
+                       f"command uses {md_code(sess.get('cache_impl'))} for every turn")
     spec = str(model.get("spec") or "")
     builtin = find_builtin(spec) if spec else None
     if builtin is not None and builtin.fetch:
         caveats.append(f"{builtin.name} is fetched once with `kvinspect models fetch {builtin.fetch}`")
     elif builtin is None and model.get("source") in ("gguf", "dir"):
-        caveats.append(f"the model is a local path ({spec}): put the same files at that path, or change --model")
+        caveats.append(f"the model is a local path ({md_code(spec)}): put the same files at that path, or change --model")
     elif builtin is None and model.get("source") == "hub":
-        caveats.append(f"the model is the hub id {spec}: the first run downloads it (or set HF_HUB_OFFLINE=1 "
+        caveats.append(f"the model is the hub id {md_code(spec)}: the first run downloads it (or set HF_HUB_OFFLINE=1 "
                        f"with it cached)")
     return Reproduction(command=cmd, script=script, template_name=tpl_name, template_text=tpl_text,
                         caveats=caveats, from_header=bool(header_cmd), origin=origin if header_cmd else REBUILT)
@@ -175,9 +183,14 @@ def _trace_rerun(cmd: list[str], argv: list[str]) -> list[str]:
 
 def _template_file_name(path: str | None) -> str:
     name = Path(str(path)).name if path else ""
-    if name.endswith(".jinja") and name not in (SCRIPT_NAME,) and "/" not in name and name[0] not in ".-":
+    # The name comes from the trace: only a plain file name is used for a file in the bundle (no control,
+    # bidi or shell character, nothing a shell or a terminal would read as more than a name).
+    if _PLAIN_NAME.fullmatch(name) and name not in (SCRIPT_NAME,) and name[0] not in ".-":
         return name
     return TEMPLATE_FALLBACK
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._+-]{1,200}\.jinja")
 
 
 def _retarget(cmd: list[str], tpl_name: str | None) -> list[str]:

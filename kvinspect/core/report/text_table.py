@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 
+from kvinspect.core.text_safety import Markdown, md_text
+
 
 def md_cell(v) -> str:
-    """One Markdown table cell: ``|`` escaped, newlines as ``<br>``, None as an en dash."""
+    """One Markdown table cell, None as an en dash.
+
+    Plain text (a value from a trace or a model) is made inert by :func:`~kvinspect.core.text_safety.md_text`;
+    :class:`~kvinspect.core.text_safety.Markdown` built by kvinspect (code spans, bold names) keeps its
+    markup, with its ``|`` escaped for the table and newlines as ``<br>``.
+    """
     if v is None or v == "":
         return "–"
-    return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+    if isinstance(v, Markdown):
+        return v.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+    return md_text(v)
 
 
 def md_table(header: Sequence, rows: Iterable[Sequence], right: Collection[int] = frozenset(), *,

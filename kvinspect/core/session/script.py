@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvinspect.core.errors import ScriptError
+from kvinspect.core.text_safety import json_dumps_utf8
 
 
 def _is_int(v) -> bool:
@@ -65,7 +66,7 @@ class ChatScript:
 
     def save(self, path: str | os.PathLike) -> Path:
         p = Path(path)
-        p.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        p.write_text(json_dumps_utf8(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         return p
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from kvinspect.core.text_safety import terminal_text
 from kvinspect.core.tokens.states import (
     CROPPED,
     DUPLICATE,
@@ -55,7 +56,9 @@ def display_piece(piece: str | None, tid: int) -> str:
         return f"<{tid}>"
     if not piece:
         return "∅"
-    return piece.translate(VISIBLE)
+    # Whitespace as symbols, then every other control, C1, ESC and bidi character escaped (\x1b, \u202e): a
+    # shared trace's pieces are data and never drive the terminal. Special tokens (<|im_start|>) read as they are.
+    return terminal_text(piece.translate(VISIBLE))
 
 
 def ranges(items: Iterable[int]) -> str:
@@ -132,7 +135,7 @@ def token_text(view: TokenView, lo: int = 0, hi: int | None = None, *, color: bo
         if boundary:
             out.append(f" |t{tu + 1}| ")
         if label:
-            out.append(f" <<{label}>> ")
+            out.append(f" <<{terminal_text(label)}>> ")
         prev_turn = tu
         tid = int(view.ids[i])
         piece = display_piece(view.pieces.get(tid), tid)

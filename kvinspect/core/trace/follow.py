@@ -70,6 +70,7 @@ class FollowSource:
         self._known: set[str] | None = None
         self._head = b""
         self._size = 0
+        self._gone = False  # the followed file was deleted (and the user told so)
 
     # -- which file ---------------------------------------------------------------------------
     def _candidates(self) -> list[Path]:
@@ -108,8 +109,16 @@ class FollowSource:
         elif self.reader is None and self.target.is_file():
             self._open(self.target)
         st.path = self.path
-        if self.reader is None or self.path is None or not self.path.exists():
+        if self.reader is not None and self.path is not None and not self.path.exists():
+            if not self._gone:  # said once; the record read so far stays on screen
+                self._gone = True
+                st.message = f"{self.path.name}: the file was deleted; waiting for it"
             return self._fill(st)
+        if self.reader is None or self.path is None:
+            return self._fill(st)
+        if self._gone:
+            self._gone = False
+            st.message = f"{self.path.name} is back: following it again"
         size = self.path.stat().st_size
         head = _head(self.path)
         same_head = head.startswith(self._head) or self._head.startswith(head)

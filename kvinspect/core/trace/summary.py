@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from kvinspect.core.text_safety import json_dumps_utf8
 from kvinspect.core.trace.record import TraceRecord
 
 SUMMARY_FORMAT = "kvinspect-summary"
@@ -95,5 +95,5 @@ def _r(v, nd: int = 4):
 
 def write_summary(path: str | os.PathLike, record: TraceRecord, redact: bool = False) -> Path:
     p = Path(path)
-    p.write_text(json.dumps(build_summary(record, redact), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    p.write_text(json_dumps_utf8(build_summary(record, redact), indent=2) + "\n", encoding="utf-8")
     return p

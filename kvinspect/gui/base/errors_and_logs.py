@@ -21,6 +21,7 @@ from PySide6 import QtCore, QtWidgets
 
 from kvinspect.core.errors import exc_line
 from kvinspect.core.paths import data_dir, ephemeral
+from kvinspect.core.text_safety import terminal_text
 
 log = logging.getLogger("kvinspect.gui")
 
@@ -111,7 +112,7 @@ class ErrorReporter(QtCore.QObject):
         message = " ".join(str(message).split("\n")).strip() or title
         self.messages.append(message)
         if not self.interactive:
-            print(f"kvinspect: error: {message}", file=sys.stderr, flush=True)
+            print(f"kvinspect: error: {terminal_text(message)}", file=sys.stderr, flush=True)  # it may quote a trace
             self.shown.emit(title, message)
             return
         if any(b.isVisible() and b.text() == message for b in self.boxes):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from PySide6 import QtCore
 
 from kvinspect import __version__
+from kvinspect.core.text_safety import terminal_text
 from kvinspect.engine import protocol as P
 from kvinspect.engine.launch import engine_command
 from kvinspect.gui.engine_link.remote_engine import explain_start_failure, remote_target
@@ -121,7 +122,7 @@ class EngineClient(QtCore.QObject):
         p.readyReadStandardError.connect(self._on_stderr)
         p.finished.connect(self._on_finished)
         p.errorOccurred.connect(self._on_error)
-        log.info("starting the engine: %s", " ".join(self.command))
+        log.info("starting the engine: %s", terminal_text(" ".join(self.command)))
         self._started_at = self._last_line = time.monotonic()
         p.start()
         if p.waitForStarted(10_000):
@@ -244,6 +245,9 @@ class EngineClient(QtCore.QObject):
             self._log_stderr(raw.decode("utf-8", "replace").rstrip())
 
     def _log_stderr(self, text: str) -> None:
+        # A progress bar redraws with \r: its last state is the line. The engine's stderr and a remote host's
+        # ssh banner are not ours: their controls are shown escaped, never sent to the terminal we log to.
+        text = terminal_text(next((part for part in reversed(text.split("\r")) if part.strip()), ""))
         if not text:
             return
         self.stderr_tail.append(text)

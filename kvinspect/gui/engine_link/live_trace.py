@@ -99,13 +99,14 @@ class LiveTrace:
         self.path = None
         if not self.autosave:
             return
-        from kvinspect.core.trace.autosave import autosave_path
+        from kvinspect.core.trace.autosave import open_autosave
 
         model = header.get("model") or {}
         path = None
         try:  # the folder is made (and pruned) here too: a full disk fails at mkdir already
-            path = autosave_path(str(model.get("name") or model.get("spec") or "model"))
-            self._file = path.open("wb")
+            # Opened with this window's lock on it: no other window's prune deletes it while it is open.
+            self._file = open_autosave(str(model.get("name") or model.get("spec") or "model"))
+            path = self._file.name
             self.path = str(path)
             self.paused = None
         except OSError as exc:

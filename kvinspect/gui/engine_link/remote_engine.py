@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvinspect.core.text_safety import terminal_text
+
 #: What every engine command ends with (the python, then these).
 _TAIL = ["-m", "kvinspect", "engine"]
 #: ssh's own exit status when it could not connect or log in (a remote command's status is passed through).
@@ -33,7 +35,7 @@ def remote_target(command: list[str]) -> RemoteTarget | None:
 
 
 def _last(stderr_tail: list[str]) -> str:
-    return next((ln.strip() for ln in reversed(stderr_tail) if ln.strip()), "")
+    return terminal_text(next((ln.strip() for ln in reversed(stderr_tail) if ln.strip()), ""))
 
 
 def explain_start_failure(command: list[str], code: int | None, stderr_tail: list[str]) -> str | None:

@@ -10,8 +10,9 @@ from kvinspect.gui.base.record_layers import cache_layers, kinds_summary, layer_
 
 def model_summary(info) -> str:
     """The toolbar line: name, class, layers with kind chips, windows, device, dtype."""
-    return (f"<b>{html.escape(info.name)}</b> · {info.cls} · {info.n_layers} layers {_kinds_text(info.record)}"
-            f" · {info.device} · {info.dtype}")
+    cls, dev, dtype = (html.escape(str(v)) for v in (info.cls, info.device, info.dtype))
+    return (f"<b>{html.escape(info.name)}</b> · {cls} · {info.n_layers} layers {_kinds_text(info.record)}"
+            f" · {dev} · {dtype}")
 
 
 def trace_model_summary(record) -> str:
@@ -40,7 +41,7 @@ def _kinds_text(record) -> str:
         if lay.get("reads_from") is not None:
             readers.setdefault(int(lay["reads_from"]), []).append(int(lay.get("index", 0)))
     shared = "; ".join(f"{','.join(map(str, r))} read{'s' if len(r) == 1 else ''} {src}" for src, r in readers.items())
-    return f"{chips} [{kinds_summary(kinds)}]{win}" + (f" · shared: layers {shared}" if shared else "")
+    return f"{chips} [{html.escape(kinds_summary(kinds))}]{html.escape(win)}" + (f" · shared: layers {html.escape(shared)}" if shared else "")
 
 
 def elide(path: str | None, n: int = 48) -> str:

@@ -390,7 +390,7 @@ def summary_html(view: TokenView, n_turns: int) -> str:
     for b in view.bands:
         w = f" {b.window}" if b.window else ""
         span = f"{b.start:,}–{b.end - 1:,}" if b.end > b.start else "nothing"
-        parts.append(f"<span style='color:{th.kind_color(b.kind)}'>■</span> {b.kind}{w} ×{len(b.layers)} "
+        parts.append(f"<span style='color:{th.kind_color(b.kind)}'>■</span> {html.escape(b.kind)}{w} ×{len(b.layers)} "
                      f"(layers {ranges(b.layers)}): {span}")
     if view.recurrent:
         parts.append(f"recurrent state (layers {ranges(view.recurrent)}): summarises all {cached:,} tokens, "

@@ -22,6 +22,7 @@ from PySide6 import QtCore, QtGui, QtWidgets  # noqa: I001
 
 from kvinspect.core.detect.events import Event
 from kvinspect.core.errors import exc_line
+from kvinspect.core.text_safety import terminal_text
 from kvinspect.core.trace.record import TraceRecord
 from kvinspect.core.trace.tracefile import read_trace
 from kvinspect.core.units import byte_scale
@@ -165,7 +166,8 @@ def _title(win: pg.GraphicsLayoutWidget, record: TraceRecord, what: str) -> None
 
 
 def _esc(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Trace text for a figure's rich-text label: no markup, and no control an SVG's XML cannot hold."""
+    return terminal_text(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _turns(p: pg.PlotItem, record: TraceRecord, labels: bool, y_label: float | None = None) -> None:
@@ -188,7 +190,7 @@ def _turns(p: pg.PlotItem, record: TraceRecord, labels: bool, y_label: float | N
             line = pg.InfiniteLine(x0 - 0.5, angle=90, pen=pg.mkPen(R.turn_line, width=1))
             p.addItem(line, ignoreBounds=True)
         if labels and t.index % label_every == 0:
-            status = "" if t.status == "ok" else f" ({t.status})"
+            status = "" if t.status == "ok" else f" ({_esc(t.status)})"
             txt = pg.TextItem(f"turn {t.index + 1}{status}", color=R.text, anchor=(0, 0))
             txt.setFont(_font(FONT_PT - 1, bold=True))
             txt.setPos(x0, y_label if y_label is not None else 0)
@@ -215,7 +217,7 @@ def _event_lines(p: pg.PlotItem, events: list[Event], labels: bool) -> None:
         color = th.severity_color(worst.severity)
         label = None
         if labels:
-            label = ", ".join(dict.fromkeys(e.kind for e in evs))
+            label = terminal_text(", ".join(dict.fromkeys(e.kind for e in evs)))  # plain text; a kind is the trace's
         line = pg.InfiniteLine(step, angle=90, pen=pg.mkPen(color, width=2, style=QtCore.Qt.PenStyle.DashLine),
                                label=label,
                                labelOpts={"position": 0.80 - 0.12 * (k % 4), "color": color, "anchors": [(0, 0.5), (0, 0.5)],
@@ -386,7 +388,7 @@ def memory_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
         color = th.device_color(dev, k)
         upper = base + b.astype(np.float64) / div
         curve = kv.plot(x, upper, pen=pg.mkPen(color, width=2))
-        legend.addItem(curve, f"KV on {dev} (logical bytes)")
+        legend.addItem(curve, f"KV on {_esc(str(dev))} (logical bytes)")
         fill_color = QtGui.QColor(color)
         fill_color.setAlpha(70)
         fill = pg.FillBetweenItem(base_curve, curve, brush=pg.mkBrush(fill_color))

@@ -258,7 +258,22 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         """Load ``spec`` in the engine: on this machine, or on ``host`` over ssh (``python`` there)."""
         return self.load_request(LoadRequest(spec, device, dtype, trust_remote_code, host=host, python=python))
 
+    def _refuse_ssh_host(self, host: str | None) -> bool:
+        """True (after a dialog) when ``host`` is no ssh destination: one beginning with '-' is an ssh option."""
+        from kvinspect.engine.launch import SshHostError, check_ssh_host
+
+        if not host:
+            return False
+        try:
+            check_ssh_host(host)
+        except SshHostError as exc:
+            self.errors.report("Cannot use that ssh host", str(exc))
+            return True
+        return False
+
     def load_request(self, req: LoadRequest) -> bool:
+        if self._refuse_ssh_host(req.host):
+            return False
         if not self.controller.load(req):
             self.errors.report("kvinspect", "busy: wait for the current generation or load to finish (or stop it)")
             return False
@@ -281,6 +296,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
 
     def fetch(self, name: str) -> None:
         host, python = self.picker.target() if self.picker is not None else (None, None)
+        if self._refuse_ssh_host(host):
+            return
         if self.controller.fetch(name, host, python):  # where the picker says the engine runs
             self._show_progress(True)
             self._sync_unloaded()

@@ -219,3 +219,24 @@ def test_follow_kvinspect_trace_of_a_user_program_in_another_process(qtbot, wind
     window.refresh(force=True)
     assert window.events.count() == len(v.record.events) and v.path == out / "trace.jsonl"
     assert "cache_recreated" in {window.events.tree.topLevelItem(i).text(3) for i in range(window.events.count())}
+
+
+def test_source_says_once_that_the_followed_file_was_deleted(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    s = session(path, tokens=4, model="tiny-llama")
+    try:
+        s.run_turn("one")
+    finally:
+        s.close()
+    kept = path.read_bytes()
+    follow = FollowSource(path)
+    rec = follow.poll().record
+    assert rec is not None and len(rec.turns) == 1
+    path.unlink()
+    st = follow.poll()
+    assert st.message == "trace.jsonl: the file was deleted; waiting for it" and st.path == path
+    assert follow.poll().message is None  # said once, not every poll
+    assert follow.record is rec and len(rec.turns) == 1  # what was read stays
+    path.write_bytes(kept)  # put back as it was: the same trace, read on
+    st = follow.poll()
+    assert st.message and "is back" in st.message and follow.record is rec
