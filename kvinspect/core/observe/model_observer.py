@@ -39,9 +39,14 @@ from kvinspect.core.observe.turns import (
     generate_codes,
     generate_result_ids,
     generate_settings,
+    drafts,
     manual_boundary,
     outermost_frame,
+    pause_exit_watch,
+    sequences_of,
+    unwatch_exit,
     user_location,
+    watch_exit,
 )
 from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
@@ -116,6 +121,7 @@ class ModelObserver:
         self._pending_label: str | None = None
         self._prev: _PrevTurn | None = None
         self._pre_handle = None
+        self._watching = False  # this thread's tracing is on for a generate() call's return
         self.time_in_pre_hook = 0.0
         self._tokenizer_searches = 0
         self._gc_file: tuple[str | None, dict] | None = None  # the checkpoint's generation_config.json
@@ -141,6 +147,9 @@ class ModelObserver:
         if not self.enabled:
             return None
         t0 = perf_counter()
+        if self._watching:
+            self._watching = False
+            pause_exit_watch()
         cur = self.turn
         if cur is not None and self._pending_label is None:
             gen = cur.gen_frame
@@ -209,6 +218,24 @@ class ModelObserver:
                 turn.t_first = s.t
             turn.t_last = s.t
             self.pipeline.step(s)
+            after = turn.exit_after
+            if after is not None and len(turn.samples) >= after and turn.gen_frame is not None:
+                # This forward may be the call's last: close the turn at its return, before the program can
+                # touch the cache (reset, crop, del), and after transformers' own last edits (draft crops).
+                self._watching = watch_exit(turn.gen_frame, self._gen_returned)
+                if not self._watching:
+                    turn.exit_after = None  # tracing is someone else's: the turn closes as before
+
+    def _gen_returned(self, frame, result) -> None:
+        with self.lock:
+            t = self.turn
+            if not self.enabled or t is None or t.gen_frame is not frame:
+                return
+            t.returned, t.result = True, result
+            try:
+                self._close_locked()
+            except Exception as exc:  # noqa: BLE001 - never break the observed program
+                self._fail(exc)
 
     def _forward_raised(self, exc: BaseException, cache) -> None:
         """A forward of the open turn raised (a full static cache, out of memory): the turn failed."""
@@ -246,6 +273,11 @@ class ModelObserver:
                         first_step=self.record.n_steps, settings=settings)
         turn = OpenTurn(record=tr, kind=kind, marked=marked, thread_id=threading.get_ident(), t_start=t0,
                         gen_frame=frame, full_ids=own_ids(full_ids))
+        if frame is not None:
+            # A call that decodes one token a forward returns after max_new_tokens forwards at the latest (earlier
+            # at an EOS: then it closes as a manual turn does); one that drafts may return after any forward.
+            limit = settings.get("max_new_tokens")
+            turn.exit_after = 1 if drafts(settings.get("mode", "")) else (limit if isinstance(limit, int) else None)
         self.turn = turn
         self.pipeline.begin(tr)
         turn.samples = self.pipeline.samples  # one list: the boundary rules read what the pipeline keeps
@@ -284,7 +316,9 @@ class ModelObserver:
         try:
             self._finish_turn(turn, status, error)
         finally:
+            unwatch_exit(turn.gen_frame, self._gen_returned)
             turn.gen_frame = None
+            turn.result = None
             turn.full_ids = None
             turn.cache = None
             turn.samples = []
@@ -293,7 +327,9 @@ class ModelObserver:
         rec = turn.record
         samples = turn.samples
         result = None
-        if (turn.kind == "generate" and status == "ok" and turn.failure is None and turn.gen_frame is not None
+        if turn.kind == "generate" and status == "ok" and turn.failure is None and turn.returned:
+            result = sequences_of(turn.result)
+        elif (turn.kind == "generate" and status == "ok" and turn.failure is None and turn.gen_frame is not None
                 and not frame_running(turn.gen_frame, turn.thread_id)):
             result = generate_result_ids(turn.gen_frame)
         rows = rows_of([s.input_ids for s in samples] + [turn.full_ids, result])
@@ -365,6 +401,8 @@ class ModelObserver:
             loc = frame.f_locals
             kwargs = loc.get("kwargs") if isinstance(loc.get("kwargs"), dict) else {}
             given = kwargs.get("cache", kwargs.get("past_key_values"))
+            if turn.returned:
+                return given, (turn.result if status == "ok" and turn.failure is None else None)
             done = status == "ok" and turn.failure is None and not frame_running(frame, turn.thread_id)
             return given, (loc.get("result") if done else None)
         except Exception:  # noqa: BLE001 - introspection is best effort
