@@ -340,6 +340,14 @@ class ModelObserver:
         fed = [Fed(step=rec.first_step + i, cache_id=s.cache_id, q_len=s.q_len, use_cache=s.use_cache,
                    before=seen_before(s), ids=rows[i]) for i, s in enumerate(samples)]
         tt = self.book.analyse(fed, full_prompt, generated)
+        mode = rec.settings.get("mode", "")
+        if mode == "beam" and tt.first_cache_id and full_prompt is not None:
+            # transformers reorders the cache's rows to the running beams after every step (reorder_cache with
+            # beam_idx): past the prompt, which beam a row holds is its choice, not the ids row 0 was fed.
+            self.book.forget_after(tt.first_cache_id, len(full_prompt))
+            rec.settings["rows_reordered"] = True
+        if result is not None and hasattr(result, "shape") and len(result.shape) == 2:
+            rec.settings["returned_rows"] = int(result.shape[0])
         if turn.failure is not None and turn.cache is not None and not any(s.cache_id for s in samples):
             self.book.check_unfed(tt, self.probe.known_id(turn.cache), full_prompt, rec.first_step)
         snap = None
@@ -389,8 +397,15 @@ class ModelObserver:
 
         self.pipeline.finish(rec, ctx, new_ids=tt.new_ids, snapshot=snap, t_start=turn.t_start, t_first=turn.t_first,
                              t_end=t_end, detect=detect, failure=turn.failure, extra_events=retained)
+        if snap is not None and snap.layers:
+            rows = {lay.batch for lay in snap.layers if lay.batch}
+            if rows:
+                rec.settings["cache_rows"] = max(rows)
         if cache_ids:
-            self._prev = _PrevTurn(cache_ids[-1], self.book.snapshot(cache_ids[-1]), len(tt.prompt))
+            held = self.book.snapshot(cache_ids[-1])
+            if mode == "beam" and result_row is not None:
+                held = list(result_row[:-1])  # the returned sequence is the one a next prompt extends
+            self._prev = _PrevTurn(cache_ids[-1], held, len(tt.prompt))
 
     def _call_objects(self, turn: OpenTurn, status: str):
         """(the cache the generate() call was given, the output it returned), None where unknown."""

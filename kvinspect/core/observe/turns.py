@@ -279,6 +279,13 @@ def generate_settings(frame) -> tuple[Any, dict]:
     settings["mode"] = decoding_mode(settings)
     if hasattr(ids, "shape") and len(ids.shape) == 2:
         settings["batch"] = int(ids.shape[0])
+        kwargs = loc.get("kwargs") if isinstance(loc.get("kwargs"), dict) else {}
+        mask = kwargs.get("attention_mask")
+        if settings["batch"] > 1 and hasattr(mask, "shape") and tuple(mask.shape) == tuple(ids.shape):
+            # Left padding: each row's pad positions are cache rows too (seen/stored count them), not conversation.
+            pads = [int(n) for n in (mask == 0).sum(dim=1).tolist()]
+            if any(pads):
+                settings["pad_tokens"] = pads
     return ids, settings
 
 
