@@ -115,6 +115,33 @@ def _frame_event(frame, event, arg):
     return None
 
 
+def drafting_for(model, frame: FrameType | None = None):
+    """The model whose ``generate()`` runs ``model`` as its draft (``assistant_model=``), or None.
+
+    ``frame``: the outermost ``generate()`` frame on the stack (found when not given)."""
+    if frame is None:
+        f: FrameType | None = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_name == "generate" and _calls_with_assistant(f, model):
+                frame = f
+            f = f.f_back
+        if frame is None:
+            return None
+    try:
+        loc = frame.f_locals
+    except Exception:  # noqa: BLE001
+        return None
+    owner = loc.get("self")
+    return owner if owner is not None and owner is not model and _calls_with_assistant(frame, model) else None
+
+
+def _calls_with_assistant(frame: FrameType, model) -> bool:
+    try:
+        return frame.f_locals.get("assistant_model") is model
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def frame_running(frame, thread_id: int) -> bool:
     """Whether ``frame`` is still on the stack of thread ``thread_id`` (from any thread)."""
     f = sys._current_frames().get(thread_id)

@@ -234,6 +234,8 @@ class TurnPipeline:
                                 "Fix the cause above; the trace keeps every earlier turn and every forward pass "
                                 "made before the failure."))
         for ev in events:
+            # Where the pattern comes from: the program's code, unless a feeder named it transformers' own.
+            ev.data.setdefault("origin", "user_code")
             self.stream.emit(EventMsg(ev))
         turn.checklist = turn_checklist(ctx, events)
         turn.ids = pack_ids(ctx.prompt, new_ids, prev=self._prev_ids, known=self._known_pieces, decode=ctx.decode)
