@@ -34,13 +34,13 @@ from kvinspect.core.observe.ids import rows as rows_of
 from kvinspect.core.observe.turns import (
     OpenTurn,
     drafting_for,
+    drafts,
     find_tokenizer,
     forward_codes,
     frame_running,
     generate_codes,
     generate_result_ids,
     generate_settings,
-    drafts,
     manual_boundary,
     outermost_frame,
     pause_exit_watch,
@@ -497,9 +497,9 @@ class ModelObserver:
             rec.settings["draft"] = _draft_steps(samples, rec.first_step, snap, len(full_prompt or []),
                                                  refed=refeed is not None)
         if snap is not None and snap.layers:
-            rows = {lay.batch for lay in snap.layers if lay.batch}
-            if rows:
-                rec.settings["cache_rows"] = max(rows)
+            batches = [lay.batch for lay in snap.layers if lay.batch]
+            if batches:
+                rec.settings["cache_rows"] = max(batches)
         if cache_ids:
             held = self.book.snapshot(cache_ids[-1])
             if mode == "beam" and result_row is not None:

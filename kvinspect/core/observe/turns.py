@@ -91,7 +91,9 @@ def pause_exit_watch() -> None:
 
 
 def unwatch_exit(frame: FrameType | None, callback) -> None:
-    cbs = _watched.get(frame) if frame is not None else None
+    if frame is None:
+        return
+    cbs = _watched.get(frame)
     if cbs is None:
         return
     if callback in cbs:
@@ -293,7 +295,7 @@ def generate_settings(frame) -> tuple[Any, dict]:
     if ids is None or not hasattr(ids, "shape"):
         ids = loc.get("inputs") if hasattr(loc.get("inputs"), "shape") else None
     gc = loc.get("generation_config")
-    settings = {}
+    settings: dict[str, Any] = {}
     if gc is not None:
         for key in ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "num_beams",
                     "num_return_sequences", "prompt_lookup_num_tokens", "use_cache", "cache_implementation"):
@@ -307,8 +309,8 @@ def generate_settings(frame) -> tuple[Any, dict]:
     if hasattr(ids, "shape") and len(ids.shape) == 2:
         settings["batch"] = int(ids.shape[0])
         kwargs = loc.get("kwargs") if isinstance(loc.get("kwargs"), dict) else {}
-        mask = kwargs.get("attention_mask")
-        if settings["batch"] > 1 and hasattr(mask, "shape") and tuple(mask.shape) == tuple(ids.shape):
+        mask: Any = kwargs.get("attention_mask")
+        if settings["batch"] > 1 and mask is not None and hasattr(mask, "shape") and tuple(mask.shape) == tuple(ids.shape):
             # Left padding: each row's pad positions are cache rows too (seen/stored count them), not conversation.
             pads = [int(n) for n in (mask == 0).sum(dim=1).tolist()]
             if any(pads):
