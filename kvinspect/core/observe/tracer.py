@@ -257,6 +257,12 @@ def arm(out_dir: str | os.PathLike, command: list[str] | None = None) -> Tracer:
     if command is None:
         command = ["kvinspect", "trace", "--", *getattr(sys, "orig_argv", sys.argv)]
     tracer = _active = Tracer(out_dir, command)
+    # The trace header names the platform, and platform() runs `uname -p` once a process: its subprocess
+    # enters warnings.catch_warnings(), which resets every module's warning registry, so the program's own
+    # warning printed once would print again at the next call. Before the program's first line, it resets nothing.
+    import platform
+
+    platform.platform(terse=True)
     if "torch" in sys.modules:
         tracer.install_torch_hooks()
     else:
