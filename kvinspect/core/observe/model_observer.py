@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
 
 from kvinspect.core import compat
@@ -114,6 +114,23 @@ def _blame_library(e: Event, why: str, consequence: bool = False) -> None:
     else:
         e.message = f"{why}; the model now sees that context twice"
     e.advice = _WORKAROUND
+
+
+def _as_the_call_left_it(snap, samples, settings: dict):
+    """The snapshot of a generate() turn closed after its call returned (it ended before ``max_new_tokens``, at an
+    EOS, so its return was not watched): where the cache now holds fewer tokens than its last forward left, the
+    program cut it after the call (reset, crop). Outside drafting modes nothing in generate() shortens a cache after
+    its last forward (a beam reorder keeps lengths), so that forward's rows are what the call left."""
+    last = next((s for s in reversed(samples) if s.cache_id == snap.cache_id), None)
+    if last is None or len(last.seen) != len(snap.layers):
+        return snap
+    seen, stored = last.seen, last.stored
+    if not any(lay.seen is not None and 0 <= lay.seen < int(seen[i]) for i, lay in enumerate(snap.layers)):
+        return snap
+    settings["edited_after_return"] = True
+    layers = [lay if lay.seen is None else replace(lay, seen=int(seen[i]), stored=int(stored[i]))
+              for i, lay in enumerate(snap.layers)]
+    return replace(snap, layers=layers)
 
 
 def _draft_steps(samples, first_step: int, snap, prompt_len: int, refed: bool) -> dict:
@@ -418,6 +435,7 @@ class ModelObserver:
                 and tt.held_before and full_prompt is not None):
             refeed = _library_refeed(tt.duplicates[0], mode)
             self._refed[tt.duplicates[0][1]] = refeed
+            tt.reused = 0  # the call skipped nothing: it fed the cached prefix again
         if mode == "beam" and tt.first_cache_id and full_prompt is not None:
             # transformers reorders the cache's rows to the running beams after every step (reorder_cache with
             # beam_idx): past the prompt, which beam a row holds is its choice, not the ids row 0 was fed.
@@ -435,6 +453,8 @@ class ModelObserver:
                 if turn.failure is None:
                     raise
                 log.debug("could not measure the cache of the failed turn", exc_info=True)
+        if snap is not None and turn.kind == "generate" and not turn.returned and not drafts(mode):
+            snap = _as_the_call_left_it(snap, samples, rec.settings)
         cache_ids = [s.cache_id for s in samples if s.cache_id]
         prev = self._prev
         if not (cache_ids and prev is not None and continues(tt.prompt, prev.held, prev.prompt_len)):
