@@ -61,7 +61,8 @@ def cache_rows(cache) -> list[tuple[int, int] | None]:
         if keys is None or not hasattr(keys, "dim") or keys.dim() != 4:
             out.append(None)
             continue
-        static = "Static" in type(lay).__name__
+        # 5.x: Static*Layer; 4.56: StaticLayer, SlidingWindowLayer, ChunkedSlidingLayer (preallocated rows)
+        static = "Dynamic" not in type(lay).__name__ and hasattr(lay, "max_cache_len")
         # The int counter first: 5.x static sliding layers stop advancing the tensor one once they are full.
         seen = next((v for a in ("cumulative_length_int", "cumulative_length")
                      if (v := getattr(lay, a, None)) is not None and not callable(v)), None)
@@ -87,7 +88,7 @@ def run_mode(lm, mode: str, kind: str, seed: int = 0):
         for first in (("Hi.", "A much longer opening message here."), ("And then?", "What comes next, then?")):
             texts = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
                                              tokenize=False) for t in first]
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False, return_token_type_ids=False)
             cache = new_cache(model, kind)  # a new batch: its own cache (the padding differs)
             seqs = model.generate(**enc, past_key_values=cache, do_sample=False, max_new_tokens=NEW)
             out.append((seqs.tolist(), cache_rows(cache), 0))
@@ -130,13 +131,19 @@ def run_mode(lm, mode: str, kind: str, seed: int = 0):
             box = {}
 
             def call(ids=ids, cache=cache, streamer=streamer, box=box):
-                box["seqs"] = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                             past_key_values=cache, streamer=streamer, **kw)
+                try:
+                    box["seqs"] = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                                 past_key_values=cache, streamer=streamer, **kw)
+                except Exception as exc:  # noqa: BLE001 - raised again on the test's thread
+                    box["error"] = exc
+                    streamer.end()  # the reading loop would wait for ever
 
             th = threading.Thread(target=call)
             th.start()
             "".join(streamer)
             th.join()
+            if "error" in box:
+                raise box["error"]
             seqs = box["seqs"]
         else:
             seqs = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache, **kw)
