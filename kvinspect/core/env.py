@@ -90,7 +90,7 @@ def generation_config(model) -> dict:
 
 def config_layers(config) -> list[dict]:
     types = compat.config_layer_types(config)
-    from kvinspect.core.cache.probe import ATTENTION_OF_LAYER_TYPE
+    from kvinspect.core.cache.layer_shapes import ATTENTION_OF_LAYER_TYPE
 
     return [
         {"index": i, "config_attention": ATTENTION_OF_LAYER_TYPE.get(t, "full"), "layer_type": t,

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 from kvinspect.core.cache.observer import StepSample
-from kvinspect.core.cache.probe import CacheSnapshot, LayerSnapshot
+from kvinspect.core.cache.snapshot import CacheSnapshot, LayerSnapshot
 from kvinspect.core.detect.detectors import TurnContext, detect_turn, turn_checklist
 from kvinspect.core.detect.events import (
     CACHE_DISABLED,

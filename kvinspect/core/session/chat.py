@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvinspect.core import compat, env
-from kvinspect.core.cache import layer_kinds
+from kvinspect.core.cache import layer_shapes
 from kvinspect.core.cache.memory import MemorySampler
 from kvinspect.core.cache.observer import StepObserver
 from kvinspect.core.cache.probe import CacheProbe
@@ -332,7 +332,7 @@ class ChatSession:
         p = min(lcp, len(prompt) - 1)
         if lcp < cur:
             ctx.divergence_at = lcp
-        stuck = layer_kinds.uncroppable_state_layers(self.cache) if p < cur else []
+        stuck = layer_shapes.uncroppable_state_layers(self.cache) if p < cur else []
         if stuck:
             # Never crop (or continue) a recurrent state: it already folded in the dropped tokens.
             ctx.state_not_croppable = stuck
