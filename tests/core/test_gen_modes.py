@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import threading
 
 import pytest
@@ -228,6 +229,8 @@ def test_a_cache_reset_right_after_generate_keeps_the_turn_as_the_call_left_it()
             rows.append(cache_rows(cache))
             cache.reset()
     assert [[(lay["seen"], lay["stored"]) for lay in t.layers] for t in rec.turns] == rows
+    # Closed at the call's return, before reset(): not patched up afterwards from the last forward.
+    assert not any(t.settings.get("edited_after_return") for t in rec.turns)
     assert rec.problems == []
 
 
@@ -282,3 +285,21 @@ def test_the_turn_s_own_cache_kept_from_the_output_is_not_memory_retained():
             messages.append({"role": "assistant", "content": tok.decode(out.sequences[0, ids.shape[1]:])})
     assert rec.problems == [] and not [e for e in rec.events if e.kind == "memory_retained"]
     assert rec.turns[1].reused_tokens == rec.turns[0].prompt_tokens + NEW - 1
+
+
+@pytest.mark.parametrize("mode", ["greedy", "prompt_lookup"])
+def test_no_forward_runs_traced_and_tracing_ends_with_the_call(mode):
+    """The exit watch switches tracing on only between a forward and the next, and off when the call returns."""
+    lm = load_cached("tiny-llama")
+    model, tok = lm.model, lm.tokenizer
+    during = []
+    handle = model.model.layers[0].register_forward_pre_hook(lambda *_: during.append(sys.gettrace()))
+    try:
+        with kvinspect.observe(model, tok) as rec:
+            run_mode(lm, mode, "dynamic")
+            after_calls = sys.gettrace()
+    finally:
+        handle.remove()
+    assert during and set(during) == {None}
+    assert after_calls is None and sys.gettrace() is None
+    assert len(rec.turns) == 2

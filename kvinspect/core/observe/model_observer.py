@@ -49,6 +49,7 @@ from kvinspect.core.observe.turns import (
     user_location,
     watch_exit,
 )
+from kvinspect.core.observe.turns import armed as exit_armed
 from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.stream import Sink
@@ -114,6 +115,11 @@ def _blame_library(e: Event, why: str, consequence: bool = False) -> None:
     else:
         e.message = f"{why}; the model now sees that context twice"
     e.advice = _WORKAROUND
+
+
+def _top_seen(s) -> int:
+    seen = s.seen
+    return int(seen.max()) if len(seen) else 0
 
 
 def _as_the_call_left_it(snap, samples, settings: dict):
@@ -202,7 +208,6 @@ class ModelObserver:
         self._pending_label: str | None = None
         self._prev: _PrevTurn | None = None
         self._pre_handle = None
-        self._watching = False  # this thread's tracing is on for a generate() call's return
         self.time_in_pre_hook = 0.0
         self._tokenizer_searches = 0
         self._gc_file: tuple[str | None, dict] | None = None  # the checkpoint's generation_config.json
@@ -229,8 +234,7 @@ class ModelObserver:
         if not self.enabled:
             return None
         t0 = perf_counter()
-        if self._watching:
-            self._watching = False
+        if exit_armed and threading.get_ident() in exit_armed:
             pause_exit_watch()
         cur = self.turn
         if cur is not None and self._pending_label is None:
@@ -301,11 +305,11 @@ class ModelObserver:
             turn.t_last = s.t
             self.pipeline.step(s)
             after = turn.exit_after
-            if after is not None and len(turn.samples) >= after and turn.gen_frame is not None:
+            if (after is not None and len(turn.samples) >= after and turn.gen_frame is not None
+                    and (not turn.exit_at_seen or _top_seen(s) >= turn.exit_at_seen)):
                 # This forward may be the call's last: close the turn at its return, before the program can
                 # touch the cache (reset, crop, del), and after transformers' own last edits (draft crops).
-                self._watching = watch_exit(turn.gen_frame, self._gen_returned)
-                if not self._watching:
+                if not watch_exit(turn.gen_frame, self._gen_returned):
                     turn.exit_after = None  # tracing is someone else's: the turn closes as before
 
     def _gen_returned(self, frame, result) -> None:
@@ -365,7 +369,14 @@ class ModelObserver:
             # A call that decodes one token a forward returns after max_new_tokens forwards at the latest (earlier
             # at an EOS: then it closes as a manual turn does); one that drafts may return after any forward.
             limit = settings.get("max_new_tokens")
-            turn.exit_after = 1 if drafts(settings.get("mode", "")) else (limit if isinstance(limit, int) else None)
+            if drafts(settings.get("mode", "")):
+                # A forward verifies drafts: the call may end once the cache, drafts included, reaches the prompt
+                # plus max_new_tokens − 1 (the count only runs ahead of the reply, never behind it).
+                turn.exit_after = 1
+                width = full_ids.shape[-1] if full_ids is not None and len(getattr(full_ids, "shape", ())) == 2 else 0
+                turn.exit_at_seen = width + limit - 1 if isinstance(limit, int) and width else 0
+            else:
+                turn.exit_after = limit if isinstance(limit, int) else None
         self.turn = turn
         self.pipeline.begin(tr)
         turn.samples = self.pipeline.samples  # one list: the boundary rules read what the pipeline keeps

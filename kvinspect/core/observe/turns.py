@@ -59,6 +59,9 @@ def outermost_frame(codes: frozenset, depth: int = 2):
 
 
 _watched: dict[FrameType, list] = {}  # generate() frames whose return is watched -> callbacks(frame, result)
+#: Threads whose tracing an exit watch switched on. Any observer's pre-hook on such a thread switches it off,
+#: so no model's forward (a draft model's inside an assisted call included) ever runs traced.
+armed: set[int] = set()
 
 
 def watch_exit(frame: FrameType, callback) -> bool:
@@ -81,11 +84,13 @@ def watch_exit(frame: FrameType, callback) -> bool:
         cbs.append(callback)
     if current is None:
         sys.settrace(getattr)
+    armed.add(threading.get_ident())
     return True
 
 
 def pause_exit_watch() -> None:
     """Switch this thread's tracing off while a forward runs (it only has to be on between forwards)."""
+    armed.discard(threading.get_ident())
     if sys.gettrace() is getattr:
         sys.settrace(None)
 
@@ -107,8 +112,7 @@ def _frame_event(frame, event, arg):
     if event == "return":
         cbs = _watched.pop(frame, ())
         frame.f_trace = None
-        if sys.gettrace() is getattr:
-            sys.settrace(None)
+        pause_exit_watch()
         for cb in list(cbs):
             try:
                 cb(frame, arg)
@@ -249,6 +253,7 @@ class OpenTurn:
     returned: bool = False  # closed from the generate() call's own exit (its return event)
     result: Any = None  # what that call returned (taken from its return event)
     exit_after: int | None = None  # forwards after which the call may return (its exit is watched from then on)
+    exit_at_seen: int = 0  # drafting calls: the cache length from which a forward may be the call's last
 
     @property
     def last(self):
