@@ -168,3 +168,26 @@ def new_quantized_cache(config, backend: str):
 
 def has_past_recording(cache) -> bool:
     return hasattr(cache, "activate_past_recording")
+
+
+_refeeds: bool | None = None
+
+
+def assisted_refeeds_prefix() -> bool:
+    """Whether this transformers' assisted / prompt-lookup decoding feeds a filled cache's prefix again.
+
+    Read from its own source (``_assisted_decoding`` passes no ``next_sequence_length`` on the first
+    iteration, so ``prepare_inputs_for_generation`` keeps the whole prompt; 5.24 does, 4.56 slices by
+    ``cache_position``), once: a version number would not say which releases carry it."""
+    global _refeeds
+    if _refeeds is None:
+        try:
+            import inspect
+
+            from transformers.generation.utils import GenerationMixin
+
+            src = inspect.getsource(GenerationMixin._assisted_decoding)
+            _refeeds = "if not is_first_iteration else None" in src
+        except Exception:  # noqa: BLE001 - no source (a frozen install): not known to re-feed
+            _refeeds = False
+    return _refeeds

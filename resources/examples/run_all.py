@@ -18,7 +18,7 @@ EXAMPLES = (
     "correct_single_generate", "correct_multi_turn", "mistake_cache_in_loop", "mistake_reencode_history",
     "mistake_use_cache_false_with_cache", "mistake_cache_without_config",
     "mistake_think_template_no_prefix_check", "mistake_static_cache_too_small", "mistake_same_input_again",
-    "mistake_new_message_only", "baseline_use_cache_false",
+    "mistake_new_message_only", "baseline_use_cache_false", "library_prompt_lookup_refeed",
 )
 
 

@@ -207,6 +207,8 @@ def test_cache_fed_with_use_cache_false_reports_its_growth():
         samples.append(sample(1, q, [seen, seen], [seen, seen], use_cache=False))
     ctx = conversation(prompt, new, FULL2)
     ctx.samples = samples
+    # What the cache held when the turn ended (the checklist reads the end-of-turn snapshot).
+    ctx.snapshot = CacheSnapshot(1, "DynamicCache", False, [layer(i, "full", "full", seen, seen) for i in range(2)])
     events, items = run(ctx)
     assert kinds(events) == [CACHE_FED_WITHOUT_USE_CACHE]  # not also duplicate_context: one cause, one event
     assert events[0].data == {"growth": 20 + 21 + 22 + 23, "forwards": 4}

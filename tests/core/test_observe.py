@@ -88,6 +88,16 @@ def test_example_yields_exactly_its_events(spec, name):
     # A turn fails only where the example's mistake makes transformers raise (a full static cache).
     assert [t.index + 1 for t in rec.turns if t.status != "ok"] == want.get("turn_failed", [])
     assert causes(rec.events) == expected_causes(name)
+    assert origins(rec.events) == expected_origins(name, rec.events)
+
+
+def origins(events) -> set[str]:
+    return {e.data.get("origin") for e in events if e.is_problem}
+
+
+def expected_origins(name: str, events) -> set[str]:
+    """Every problem event says where its pattern comes from: the example's 'origin', else the user's code."""
+    return {EXPECTED[name].get("origin", "user_code")} if any(e.is_problem for e in events) else set()
 
 
 def causes(events) -> set[tuple[str, str | None]]:
@@ -106,8 +116,8 @@ def test_examples_on_smollm2(smollm2):
     for name in sorted(EXPECTED):
         rec = run_observed(smollm2, name, max_new_tokens=4)
         assert rec.errors == [], name
-        got[name] = problems_by_turn(rec.events), causes(rec.events)
-        want[name] = expected(name, model_class(rec.record)), expected_causes(name)
+        got[name] = problems_by_turn(rec.events), causes(rec.events), origins(rec.events)
+        want[name] = expected(name, model_class(rec.record)), expected_causes(name), expected_origins(name, rec.events)
     assert got == want
 
 

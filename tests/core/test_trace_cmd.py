@@ -73,6 +73,10 @@ def _check_examples(tmp_path, spec: str, max_new_tokens: int, model_kind: str):
     assert rec.notes == [] and all(t.status == "ok" or "turn_failed" in want[t.settings["where"].split(":")[0]]
                                    for t in rec.turns)
     assert got == want
+    for e in rec.events:  # where each pattern comes from: the example's 'origin', else the program's own code
+        if e.is_problem:
+            name = rec.turns[e.turn].settings["where"].split(":")[0]
+            assert e.data.get("origin") == EXPECTED[name].get("origin", "user_code"), (name, e.message)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["problems"] == sorted({k for name in want for k in want[name]})
     assert "events:" in r.stderr and "prefix_divergence" in r.stderr  # the report went to stderr

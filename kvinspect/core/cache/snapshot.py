@@ -33,6 +33,7 @@ class LayerSnapshot:
     bytes: int
     held_bytes: int
     reads_from: int | None = None
+    batch: int | None = None  # rows of the layer's K/V (beams, batched prompts); None without a token axis
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,6 +94,7 @@ def take_snapshot(probe: StepRead, cache) -> CacheSnapshot:
             device = "cuda:0"
         home = str(getattr(layer, "device", None) or device) if not isinstance(layer, tuple) else device
         dtype = str(main.dtype).removeprefix("torch.") if main is not None else "-"
+        batch = int(main.shape[0]) if main is not None and main.dim() >= 3 else None
         if shape.storage in ("none", "linear"):
             seen = stored = None
         else:
@@ -110,7 +112,7 @@ def take_snapshot(probe: StepRead, cache) -> CacheSnapshot:
                 config_attention=shape.config_attention, storage=shape.storage, cls=shape.cls,
                 seen=seen, stored=stored, capacity=shape.capacity, window=shape.window,
                 device=device, home_device=home, dtype=dtype, bytes=int(logical), held_bytes=int(held),
-                reads_from=shape.reads_from,
+                reads_from=shape.reads_from, batch=batch,
             )
         )
     return CacheSnapshot(

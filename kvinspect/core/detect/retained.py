@@ -45,12 +45,17 @@ def holders(model, result: Any = None) -> Iterator[tuple[str, Any]]:
 
 def retained_events(turn_index: int, step: int, model, *, result: Any = None, given: Any = None,
                     turn_kv_bytes: int, measure: Callable[[Any], int | None],
-                    cache_id: Callable[[Any], int | None]) -> list[Event]:
-    """One event per cache found in :func:`holders` that is not ``given`` (the cache the call was passed)."""
+                    cache_id: Callable[[Any], int | None], own_cache_id: int = 0) -> list[Event]:
+    """One event per cache found in :func:`holders` that is not ``given`` (the cache the call was passed).
+
+    ``own_cache_id``: the cache the turn itself used. Found in the returned output, it is the cache a
+    program keeps to continue the conversation (``out.past_key_values``), not memory hidden from it."""
     out: list[Event] = []
     seen: set[int] = set()
     for name, cache in holders(model, result):
         if cache is given or id(cache) in seen:
+            continue
+        if own_cache_id and not name.startswith("model.") and cache_id(cache) == own_cache_id:
             continue
         seen.add(id(cache))
         nbytes = measure(cache)

@@ -120,6 +120,12 @@ class TokenBook:
             out.divergence_ids = (held[pos:pos + 8], full_prompt[pos:pos + 8])
             out.divergence_full = (list(held), list(full_prompt), self.opening.get(cache_id))
 
+    def forget_after(self, cache_id: int, position: int) -> None:
+        """The ids past ``position`` of ``cache_id`` are no longer known (its rows were reordered)."""
+        held = self.held.get(cache_id)
+        if held is not None:
+            held[position:] = [UNKNOWN] * max(len(held) - position, 0)
+
     def snapshot(self, cache_id: int) -> list[int]:
         return list(self.held.get(cache_id, []))
 

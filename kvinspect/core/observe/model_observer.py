@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
 
 from kvinspect.core import compat
@@ -23,7 +23,7 @@ from kvinspect.core.cache.memory import MemorySampler
 from kvinspect.core.cache.observer import StepObserver, StepSample
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext
-from kvinspect.core.detect.events import CACHE_RECREATED
+from kvinspect.core.detect.events import CACHE_RECREATED, DUPLICATE_CONTEXT, PREFIX_DIVERGENCE, Event
 from kvinspect.core.detect.provenance import checkpoint_file, config_sources
 from kvinspect.core.detect.retained import retained_events
 from kvinspect.core.detect.token_book import UNKNOWN, Fed, TokenBook, continues, detect_observed, impl_of, seen_before
@@ -33,6 +33,8 @@ from kvinspect.core.observe.ids import own_ids
 from kvinspect.core.observe.ids import rows as rows_of
 from kvinspect.core.observe.turns import (
     OpenTurn,
+    drafting_for,
+    drafts,
     find_tokenizer,
     forward_codes,
     frame_running,
@@ -41,8 +43,13 @@ from kvinspect.core.observe.turns import (
     generate_settings,
     manual_boundary,
     outermost_frame,
+    pause_exit_watch,
+    sequences_of,
+    unwatch_exit,
     user_location,
+    watch_exit,
 )
+from kvinspect.core.observe.turns import armed as exit_armed
 from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.stream import Sink
@@ -85,19 +92,104 @@ class _PrevTurn:
     prompt_len: int
 
 
+def _library_refeed(dup: tuple[int, int, int, int], mode: str) -> str:
+    import transformers
+
+    step, cid, pos, count = dup
+    how = "assisted decoding (assistant_model=)" if mode == "assisted" else "prompt-lookup decoding"
+    return (f"transformers {transformers.__version__}: {how} does not slice the cached prefix off its first forward "
+            f"(generation/utils.py, _assisted_decoding: next_sequence_length is None on the first iteration), so "
+            f"it fed cache #{cid} the {count} tokens it already held again, at position {pos}")
+
+
+_WORKAROUND = ("Your loop is right: give this call a new cache (or none) while transformers re-feeds the prefix; "
+               "the prefill then costs the whole prompt but the reply is right. Plain greedy/sampled generate() "
+               "reuses a filled cache correctly.")
+
+
+def _blame_library(e: Event, why: str, consequence: bool = False) -> None:
+    """An event whose pattern is transformers' own doing: say so, and give the workaround, not a fix for the user."""
+    e.data["origin"] = "library"
+    if consequence:
+        e.message = (f"{e.message}. The cache holds that context twice since an earlier call: {why}")
+    else:
+        e.message = f"{why}; the model now sees that context twice"
+    e.advice = _WORKAROUND
+
+
+def _top_seen(s) -> int:
+    seen = s.seen
+    return int(seen.max()) if len(seen) else 0
+
+
+def _as_the_call_left_it(snap, samples, settings: dict):
+    """The snapshot of a generate() turn closed after its call returned (it ended before ``max_new_tokens``, at an
+    EOS, so its return was not watched): where the cache now holds fewer tokens than its last forward left, the
+    program cut it after the call (reset, crop). Outside drafting modes nothing in generate() shortens a cache after
+    its last forward (a beam reorder keeps lengths), so that forward's rows are what the call left."""
+    last = next((s for s in reversed(samples) if s.cache_id == snap.cache_id), None)
+    if last is None or len(last.seen) != len(snap.layers):
+        return snap
+    seen, stored = last.seen, last.stored
+    if not any(lay.seen is not None and 0 <= lay.seen < int(seen[i]) for i, lay in enumerate(snap.layers)):
+        return snap
+    settings["edited_after_return"] = True
+    layers = [lay if lay.seen is None else replace(lay, seen=int(seen[i]), stored=int(stored[i]))
+              for i, lay in enumerate(snap.layers)]
+    return replace(snap, layers=layers)
+
+
+def _draft_steps(samples, first_step: int, snap, prompt_len: int, refed: bool) -> dict:
+    """Draft tokens proposed, accepted and rejected per verification forward, and the crops that removed them.
+
+    Read from the forwards' own numbers: a forward's rejected drafts are what the cache lost before the next
+    forward began (or before the call returned), its proposed drafts what it fed past the last accepted token."""
+    def top(x):
+        v = x.seen
+        return int(v.max()) if len(v) else 0
+
+    crops, proposed, rejected = [], 0, 0
+    for i, s in enumerate(samples):
+        if not s.cache_id:
+            continue
+        after = top(s)
+        if i + 1 < len(samples):
+            nxt = samples[i + 1]
+            start_next = top(nxt) - nxt.q_len
+        else:
+            seen = [lay.seen for lay in snap.layers if lay.seen is not None] if snap is not None else []
+            start_next = max(seen) if seen else after
+        lost = max(after - start_next, 0)
+        if i == 0:
+            before = after - s.q_len
+            fed_prompt = prompt_len if refed else max(prompt_len - before, 0)
+            drafted = max(s.q_len - fed_prompt, 0)
+        else:
+            drafted = max(s.q_len - 1, 0)
+        proposed += drafted
+        rejected += lost
+        if lost:
+            crops.append([first_step + i, lost])
+    return {"forwards": len(samples), "proposed": proposed, "accepted": max(proposed - rejected, 0),
+            "rejected": rejected, "crops": crops, "label": "draft rejected"}
+
+
 class ModelObserver:
     """Records every forward pass of ``model`` into a :class:`TraceRecord` (and a trace file)."""
 
     def __init__(self, model, *, tokenizer=None, trace_path=None, mode: str = "api",
                  command: list[str] | None = None, flush_every_s: float = 0.5,
-                 on_event=None, on_turn=None):
+                 on_event=None, on_turn=None, role: str | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.lock = threading.RLock()
         self.probe = CacheProbe(model.config)
         device = device_label(model)
         self.memory = MemorySampler(device, rss_every_s=0.25)  # as ChatSession: a read after each forward cost more than its use
-        self.record = TraceRecord(self.probe.n_layers, observed_header(model, device, self.memory, mode, command))
+        header = observed_header(model, device, self.memory, mode, command)
+        if role:
+            header["model"]["role"] = role  # "draft": the assistant_model of another model's generate()
+        self.record = TraceRecord(self.probe.n_layers, header)
         self.writer = TraceWriter(trace_path) if trace_path else None
         sinks: list[Sink] = [self.writer] if self.writer is not None else []
         if on_event is not None or on_turn is not None:
@@ -119,6 +211,7 @@ class ModelObserver:
         self.time_in_pre_hook = 0.0
         self._tokenizer_searches = 0
         self._gc_file: tuple[str | None, dict] | None = None  # the checkpoint's generation_config.json
+        self._refed: dict[int, str] = {}  # caches transformers re-fed its own cached prefix into -> the message
 
     # -- hooks ------------------------------------------------------------------------------------
     def attach(self, pre_hook: bool = True) -> ModelObserver:
@@ -141,6 +234,8 @@ class ModelObserver:
         if not self.enabled:
             return None
         t0 = perf_counter()
+        if exit_armed and threading.get_ident() in exit_armed:
+            pause_exit_watch()
         cur = self.turn
         if cur is not None and self._pending_label is None:
             gen = cur.gen_frame
@@ -209,6 +304,24 @@ class ModelObserver:
                 turn.t_first = s.t
             turn.t_last = s.t
             self.pipeline.step(s)
+            after = turn.exit_after
+            if (after is not None and len(turn.samples) >= after and turn.gen_frame is not None
+                    and (not turn.exit_at_seen or _top_seen(s) >= turn.exit_at_seen)):
+                # This forward may be the call's last: close the turn at its return, before the program can
+                # touch the cache (reset, crop, del), and after transformers' own last edits (draft crops).
+                if not watch_exit(turn.gen_frame, self._gen_returned):
+                    turn.exit_after = None  # tracing is someone else's: the turn closes as before
+
+    def _gen_returned(self, frame, result) -> None:
+        with self.lock:
+            t = self.turn
+            if not self.enabled or t is None or t.gen_frame is not frame:
+                return
+            t.returned, t.result = True, result
+            try:
+                self._close_locked()
+            except Exception as exc:  # noqa: BLE001 - never break the observed program
+                self._fail(exc)
 
     def _forward_raised(self, exc: BaseException, cache) -> None:
         """A forward of the open turn raised (a full static cache, out of memory): the turn failed."""
@@ -237,15 +350,33 @@ class ModelObserver:
             self.tokenizer = find_tokenizer(caller, vocab)
         full_ids, settings = generate_settings(frame) if frame is not None else (None, {})
         marked = label is not None
+        owner = drafting_for(self.model, frame) if frame is not None else None
         if label is None:
             label = f"generate() at {where}" if kind == "generate" else f"model() at {where}"
+            if owner is not None:
+                label = f"draft for {type(owner).__name__}.generate() at {where}"
         settings = {**settings, "where": where}
+        if owner is not None:
+            settings["role"] = "draft"
+            settings["draft_for"] = type(owner).__name__
         if frame is not None:
             settings["config_sources"] = self._config_sources(frame)
         tr = TurnRecord(index=index, user=label, policy="observed", cache_impl="",
                         first_step=self.record.n_steps, settings=settings)
         turn = OpenTurn(record=tr, kind=kind, marked=marked, thread_id=threading.get_ident(), t_start=t0,
                         gen_frame=frame, full_ids=own_ids(full_ids))
+        if frame is not None:
+            # A call that decodes one token a forward returns after max_new_tokens forwards at the latest (earlier
+            # at an EOS: then it closes as a manual turn does); one that drafts may return after any forward.
+            limit = settings.get("max_new_tokens")
+            if drafts(settings.get("mode", "")):
+                # A forward verifies drafts: the call may end once the cache, drafts included, reaches the prompt
+                # plus max_new_tokens − 1 (the count only runs ahead of the reply, never behind it).
+                turn.exit_after = 1
+                width = full_ids.shape[-1] if full_ids is not None and len(getattr(full_ids, "shape", ())) == 2 else 0
+                turn.exit_at_seen = width + limit - 1 if isinstance(limit, int) and width else 0
+            else:
+                turn.exit_after = limit if isinstance(limit, int) else None
         self.turn = turn
         self.pipeline.begin(tr)
         turn.samples = self.pipeline.samples  # one list: the boundary rules read what the pipeline keeps
@@ -284,7 +415,9 @@ class ModelObserver:
         try:
             self._finish_turn(turn, status, error)
         finally:
+            unwatch_exit(turn.gen_frame, self._gen_returned)
             turn.gen_frame = None
+            turn.result = None
             turn.full_ids = None
             turn.cache = None
             turn.samples = []
@@ -293,7 +426,9 @@ class ModelObserver:
         rec = turn.record
         samples = turn.samples
         result = None
-        if (turn.kind == "generate" and status == "ok" and turn.failure is None and turn.gen_frame is not None
+        if turn.kind == "generate" and status == "ok" and turn.failure is None and turn.returned:
+            result = sequences_of(turn.result)
+        elif (turn.kind == "generate" and status == "ok" and turn.failure is None and turn.gen_frame is not None
                 and not frame_running(turn.gen_frame, turn.thread_id)):
             result = generate_result_ids(turn.gen_frame)
         rows = rows_of([s.input_ids for s in samples] + [turn.full_ids, result])
@@ -304,6 +439,21 @@ class ModelObserver:
         fed = [Fed(step=rec.first_step + i, cache_id=s.cache_id, q_len=s.q_len, use_cache=s.use_cache,
                    before=seen_before(s), ids=rows[i]) for i, s in enumerate(samples)]
         tt = self.book.analyse(fed, full_prompt, generated)
+        mode = rec.settings.get("mode", "")
+        draft = rec.settings.get("role") == "draft"
+        refeed = None
+        if (not draft and drafts(mode) and tt.duplicates and fed and tt.duplicates[0][0] == fed[0].step
+                and tt.held_before and full_prompt is not None):
+            refeed = _library_refeed(tt.duplicates[0], mode)
+            self._refed[tt.duplicates[0][1]] = refeed
+            tt.reused = 0  # the call skipped nothing: it fed the cached prefix again
+        if mode == "beam" and tt.first_cache_id and full_prompt is not None:
+            # transformers reorders the cache's rows to the running beams after every step (reorder_cache with
+            # beam_idx): past the prompt, which beam a row holds is its choice, not the ids row 0 was fed.
+            self.book.forget_after(tt.first_cache_id, len(full_prompt))
+            rec.settings["rows_reordered"] = True
+        if result is not None and hasattr(result, "shape") and len(result.shape) == 2:
+            rec.settings["returned_rows"] = int(result.shape[0])
         if turn.failure is not None and turn.cache is not None and not any(s.cache_id for s in samples):
             self.book.check_unfed(tt, self.probe.known_id(turn.cache), full_prompt, rec.first_step)
         snap = None
@@ -314,6 +464,8 @@ class ModelObserver:
                 if turn.failure is None:
                     raise
                 log.debug("could not measure the cache of the failed turn", exc_info=True)
+        if snap is not None and turn.kind == "generate" and not turn.returned and not drafts(mode):
+            snap = _as_the_call_left_it(snap, samples, rec.settings)
         cache_ids = [s.cache_id for s in samples if s.cache_id]
         prev = self._prev
         if not (cache_ids and prev is not None and continues(tt.prompt, prev.held, prev.prompt_len)):
@@ -323,7 +475,7 @@ class ModelObserver:
                           cached_before=tt.held_before, prompt=tt.prompt,
                           prev_cache_id=prev.cache_id if prev is not None else None,
                           cached_ids_before=list(prev.held) if prev is not None else [], reused=tt.reused,
-                          decode=decode)
+                          decode=decode, role="draft" if draft else "")
         if tt.cropped_from is not None and tt.cropped_to:
             ctx.cropped_from, ctx.cropped_to = tt.cropped_from, tt.cropped_to
         if status != "ok" and turn.failure is None:
@@ -337,6 +489,25 @@ class ModelObserver:
 
         def detect(c: TurnContext, record: TraceRecord):
             events = detect_observed(c, record, tt, decode, self._special_ids())
+            if draft:
+                # generate() builds the draft's cache per call, feeds it and crops it: nothing there is the program's.
+                events = [e for e in events if e.kind not in (CACHE_RECREATED, DUPLICATE_CONTEXT, PREFIX_DIVERGENCE)]
+            for e in events:
+                cid = e.data.get("cache_id")
+                if e.kind == DUPLICATE_CONTEXT and refeed is not None:
+                    _blame_library(e, refeed)
+                elif e.kind == PREFIX_DIVERGENCE and cid in self._refed:
+                    _blame_library(e, self._refed[cid], consequence=True)
+                elif e.kind == CACHE_RECREATED and drafts(mode) and compat.assisted_refeeds_prefix():
+                    import transformers
+
+                    # The workaround for the re-feed below: a new cache for each drafting call.
+                    e.severity = "info"
+                    e.data["origin"] = "library"
+                    e.message += (f"; with transformers {transformers.__version__} a filled cache cannot be reused by "
+                                  f"assisted or prompt-lookup decoding (it feeds the cached prefix again), so a new "
+                                  f"cache per call is the workaround, not a mistake")
+                    e.advice = "Nothing to change while transformers re-feeds the prefix; reuse the cache once it slices it."
             if turn.marked:
                 # The user grouped these forwards: several cache objects in one marked turn are theirs to have.
                 events = [e for e in events if not (e.kind == CACHE_RECREATED and "cache_ids" in e.data)]
@@ -349,12 +520,22 @@ class ModelObserver:
             return retained_events(tr.index, max(tr.end_step - 1, tr.first_step), self.model, result=output,
                                    given=given if turn.kind == "generate" else turn.cache,
                                    turn_kv_bytes=int(tr.kv_held_bytes or tr.kv_bytes or 0), measure=self._held_bytes,
-                                   cache_id=self.probe.known_id)
+                                   cache_id=self.probe.known_id, own_cache_id=tr.cache_id)
 
         self.pipeline.finish(rec, ctx, new_ids=tt.new_ids, snapshot=snap, t_start=turn.t_start, t_first=turn.t_first,
                              t_end=t_end, detect=detect, failure=turn.failure, extra_events=retained)
+        if drafts(mode) and not draft and samples:
+            rec.settings["draft"] = _draft_steps(samples, rec.first_step, snap, len(full_prompt or []),
+                                                 refed=refeed is not None)
+        if snap is not None and snap.layers:
+            batches = [lay.batch for lay in snap.layers if lay.batch]
+            if batches:
+                rec.settings["cache_rows"] = max(batches)
         if cache_ids:
-            self._prev = _PrevTurn(cache_ids[-1], self.book.snapshot(cache_ids[-1]), len(tt.prompt))
+            held = self.book.snapshot(cache_ids[-1])
+            if mode == "beam" and result_row is not None:
+                held = list(result_row[:-1])  # the returned sequence is the one a next prompt extends
+            self._prev = _PrevTurn(cache_ids[-1], held, len(tt.prompt))
 
     def _call_objects(self, turn: OpenTurn, status: str):
         """(the cache the generate() call was given, the output it returned), None where unknown."""
@@ -365,6 +546,8 @@ class ModelObserver:
             loc = frame.f_locals
             kwargs = loc.get("kwargs") if isinstance(loc.get("kwargs"), dict) else {}
             given = kwargs.get("cache", kwargs.get("past_key_values"))
+            if turn.returned:
+                return given, (turn.result if status == "ok" and turn.failure is None else None)
             done = status == "ok" and turn.failure is None and not frame_running(frame, turn.thread_id)
             return given, (loc.get("result") if done else None)
         except Exception:  # noqa: BLE001 - introspection is best effort

@@ -45,13 +45,16 @@ def is_causal_lm_class(cls: type) -> bool:
     return "PreTrainedModel" in names and "GenerationMixin" in names
 
 
-def claim_trace_path(out_dir: Path, name: str) -> Path:
-    """``trace.jsonl`` for the first model of the run, ``trace-<name>[-N].jsonl`` after; atomic across processes."""
+def claim_trace_path(out_dir: Path, name: str, draft: bool = False) -> Path:
+    """``trace.jsonl`` for the first model of the run, ``trace-<name>[-N].jsonl`` after; atomic across processes.
+
+    A draft model (``assistant_model=`` of another model's ``generate()``) runs before the model the user
+    called, and never gets ``trace.jsonl``: ``trace-<name>-draft[-N].jsonl``."""
     from kvinspect.core.observe.header import slug
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    s = slug(name)
-    names = ["trace.jsonl", f"trace-{s}.jsonl"] + [f"trace-{s}-{i}.jsonl" for i in range(2, 1000)]
+    s = slug(name) + ("-draft" if draft else "")
+    names = ([] if draft else ["trace.jsonl"]) + [f"trace-{s}.jsonl"] + [f"trace-{s}-{i}.jsonl" for i in range(2, 1000)]
     for n in names:
         p = out_dir / n
         try:
@@ -143,8 +146,12 @@ class Tracer:
             if getattr(module.config, "is_encoder_decoder", False) or self._nested():
                 self._ignored.add(module)
                 return None
-            path = claim_trace_path(self.out_dir, model_name(module))
-            obs = ModelObserver(module, trace_path=path, mode="trace", command=self.command)
+            from kvinspect.core.observe.turns import drafting_for
+
+            draft = drafting_for(module) is not None
+            path = claim_trace_path(self.out_dir, model_name(module), draft=draft)
+            obs = ModelObserver(module, trace_path=path, mode="trace", command=self.command,
+                                role="draft" if draft else None)
             obs.attach(pre_hook=False)  # our lazy pre-hook already calls before_forward
             self._observers[module] = obs
             self.observers.append(obs)
@@ -250,6 +257,12 @@ def arm(out_dir: str | os.PathLike, command: list[str] | None = None) -> Tracer:
     if command is None:
         command = ["kvinspect", "trace", "--", *getattr(sys, "orig_argv", sys.argv)]
     tracer = _active = Tracer(out_dir, command)
+    # The trace header names the platform, and platform() runs `uname -p` once a process: its subprocess
+    # enters warnings.catch_warnings(), which resets every module's warning registry, so the program's own
+    # warning printed once would print again at the next call. Before the program's first line, it resets nothing.
+    import platform
+
+    platform.platform(terse=True)
     if "torch" in sys.modules:
         tracer.install_torch_hooks()
     else:

@@ -58,6 +58,96 @@ def outermost_frame(codes: frozenset, depth: int = 2):
     return found
 
 
+_watched: dict[FrameType, list] = {}  # generate() frames whose return is watched -> callbacks(frame, result)
+#: Threads whose tracing an exit watch switched on. Any observer's pre-hook on such a thread switches it off,
+#: so no model's forward (a draft model's inside an assisted call included) ever runs traced.
+armed: set[int] = set()
+
+
+def watch_exit(frame: FrameType, callback) -> bool:
+    """Call ``callback(frame, result)`` when ``frame`` returns; False where a debugger or coverage owns tracing.
+
+    Only the frame's own return event is asked for (``f_trace`` with line events off), and this
+    thread's tracing is switched on with a C builtin as the global function (``getattr(frame,
+    "call", None)`` is None: no other frame is traced) only between a forward and the next one:
+    :func:`pause_exit_watch` switches it off again before each forward (docs/observe.md).
+    """
+    current = sys.gettrace()
+    if current is not None and current is not getattr:
+        return False
+    cbs = _watched.get(frame)
+    if cbs is None:
+        cbs = _watched[frame] = []
+        frame.f_trace_lines = False
+        frame.f_trace = _frame_event
+    if callback not in cbs:
+        cbs.append(callback)
+    if current is None:
+        sys.settrace(getattr)
+    armed.add(threading.get_ident())
+    return True
+
+
+def pause_exit_watch() -> None:
+    """Switch this thread's tracing off while a forward runs (it only has to be on between forwards)."""
+    armed.discard(threading.get_ident())
+    if sys.gettrace() is getattr:
+        sys.settrace(None)
+
+
+def unwatch_exit(frame: FrameType | None, callback) -> None:
+    if frame is None:
+        return
+    cbs = _watched.get(frame)
+    if cbs is None:
+        return
+    if callback in cbs:
+        cbs.remove(callback)
+    if not cbs:
+        del _watched[frame]
+        frame.f_trace = None
+
+
+def _frame_event(frame, event, arg):
+    if event == "return":
+        cbs = _watched.pop(frame, ())
+        frame.f_trace = None
+        pause_exit_watch()
+        for cb in list(cbs):
+            try:
+                cb(frame, arg)
+            except Exception:  # noqa: BLE001 - the callbacks guard themselves; nothing reaches the program
+                pass
+    return None
+
+
+def drafting_for(model, frame: FrameType | None = None):
+    """The model whose ``generate()`` runs ``model`` as its draft (``assistant_model=``), or None.
+
+    ``frame``: the outermost ``generate()`` frame on the stack (found when not given)."""
+    if frame is None:
+        f: FrameType | None = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_name == "generate" and _calls_with_assistant(f, model):
+                frame = f
+            f = f.f_back
+        if frame is None:
+            return None
+    try:
+        loc = frame.f_locals
+    except Exception:  # noqa: BLE001
+        return None
+    owner = loc.get("self")
+    return owner if owner is not None and owner is not model and _calls_with_assistant(frame, model) else None
+
+
+def _calls_with_assistant(frame: FrameType, model) -> bool:
+    try:
+        return frame.f_locals.get("assistant_model") is model
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def frame_running(frame, thread_id: int) -> bool:
     """Whether ``frame`` is still on the stack of thread ``thread_id`` (from any thread)."""
     f = sys._current_frames().get(thread_id)
@@ -160,6 +250,10 @@ class OpenTurn:
     t_last: float | None = None
     last_passed: bool | None = None  # whether the latest forward was passed a cache (manual turns)
     failure: Any = None  # a pipeline Failure: a forward of this turn raised
+    returned: bool = False  # closed from the generate() call's own exit (its return event)
+    result: Any = None  # what that call returned (taken from its return event)
+    exit_after: int | None = None  # forwards after which the call may return (its exit is watched from then on)
+    exit_at_seen: int = 0  # drafting calls: the cache length from which a forward may be the call's last
 
     @property
     def last(self):
@@ -206,14 +300,43 @@ def generate_settings(frame) -> tuple[Any, dict]:
     if ids is None or not hasattr(ids, "shape"):
         ids = loc.get("inputs") if hasattr(loc.get("inputs"), "shape") else None
     gc = loc.get("generation_config")
-    settings = {}
+    settings: dict[str, Any] = {}
     if gc is not None:
         for key in ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "num_beams",
-                    "use_cache", "cache_implementation"):
+                    "num_return_sequences", "prompt_lookup_num_tokens", "use_cache", "cache_implementation"):
             v = getattr(gc, key, None)
             if isinstance(v, (int, float, str, bool)) or v is None:
                 settings[key] = v
+    assistant = loc.get("assistant_model")
+    if assistant is not None:
+        settings["assistant_model"] = type(assistant).__name__
+    settings["mode"] = decoding_mode(settings)
+    if hasattr(ids, "shape") and len(ids.shape) == 2:
+        settings["batch"] = int(ids.shape[0])
+        kwargs = loc.get("kwargs") if isinstance(loc.get("kwargs"), dict) else {}
+        mask: Any = kwargs.get("attention_mask")
+        if settings["batch"] > 1 and mask is not None and hasattr(mask, "shape") and tuple(mask.shape) == tuple(ids.shape):
+            # Left padding: each row's pad positions are cache rows too (seen/stored count them), not conversation.
+            pads = [int(n) for n in (mask == 0).sum(dim=1).tolist()]
+            if any(pads):
+                settings["pad_tokens"] = pads
     return ids, settings
+
+
+def decoding_mode(settings: Mapping[str, Any]) -> str:
+    """``greedy``, ``sample``, ``beam``, ``assisted`` or ``prompt_lookup``: how generate() decodes this call."""
+    if settings.get("assistant_model"):
+        return "assisted"
+    if settings.get("prompt_lookup_num_tokens"):
+        return "prompt_lookup"
+    if (settings.get("num_beams") or 1) > 1:
+        return "beam"
+    return "sample" if settings.get("do_sample") else "greedy"
+
+
+def drafts(mode: str) -> bool:
+    """Whether a decoding mode feeds draft tokens that the call then crops off the cache again."""
+    return mode in ("assisted", "prompt_lookup")
 
 
 def generate_result_ids(frame) -> Any:
@@ -222,6 +345,11 @@ def generate_result_ids(frame) -> Any:
         result = frame.f_locals.get("result")
     except Exception:  # noqa: BLE001
         return None
+    return sequences_of(result)
+
+
+def sequences_of(result) -> Any:
+    """The sequences in what ``generate()`` returned (a tensor, or an output with ``.sequences``)."""
     if result is None:
         return None
     if hasattr(result, "shape"):

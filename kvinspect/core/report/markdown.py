@@ -165,17 +165,20 @@ def turn_layers_markdown(turn: TurnRecord) -> str:
         return "*No cache snapshot (no cache object at the end of this turn).*"
     rows = [dict(lay) for lay in turn.layers]
     differ = any(r.get("attention") != r.get("config_attention") for r in rows if r.get("config_attention"))
-    keys = LAYER_KEYS + (("config_attention",) if differ else ())
+    # The batch dimension (beams, batched prompts) is shown when a row count is known: seen/stored are per row.
+    batched = any((r.get("batch") or 1) > 1 for r in rows)
+    keys = LAYER_KEYS + (("config_attention",) if differ else ()) + (("batch",) if batched else ())
     body = []
     for idx, sig in collapse_layers(rows, keys):
         row = [_ranges(idx), sig["kind"]] + ([sig["config_attention"]] if differ else [])
-        row += [sig["cls"], sig["seen"], sig["stored"], sig["capacity"], sig["window"], sig["device"], sig["dtype"],
+        row += [sig["cls"]] + ([sig["batch"] if sig["batch"] is not None else "-"] if batched else [])
+        row += [sig["seen"], sig["stored"], sig["capacity"], sig["window"], sig["device"], sig["dtype"],
                 _size(sig["bytes"]), _size(sig["held_bytes"])]
         body.append(row)
-    header = ["Layers", "Kind"] + (["Config asks"] if differ else []) + [
-        "Class", "Seen", "Stored", "Capacity", "Window", "Device", "Dtype", "Logical", "Held"]
-    off = 1 if differ else 0
-    table = md_table(header, body, right={3 + off, 4 + off, 5 + off, 6 + off, 9 + off, 10 + off})
+    header = ["Layers", "Kind"] + (["Config asks"] if differ else []) + ["Class"] + (["Rows"] if batched else []) + [
+        "Seen", "Stored", "Capacity", "Window", "Device", "Dtype", "Logical", "Held"]
+    off = (1 if differ else 0) + (1 if batched else 0)
+    table = md_table(header, body, right={3 + off, 4 + off, 5 + off, 6 + off, 9 + off, 10 + off} | ({3} if batched and not differ else set()) | ({4} if batched and differ else set()))
     legend = kinds_legend(rows)
     return table + ("\n\n" + legend if legend else "")
 

@@ -223,6 +223,8 @@ class TurnPipeline:
             ctx.max_positions = self.max_positions
         if ctx.max_new_tokens is None and isinstance(turn.settings.get("max_new_tokens"), int):
             ctx.max_new_tokens = turn.settings["max_new_tokens"]
+        if not ctx.pad_tokens and isinstance(turn.settings.get("pad_tokens"), list):
+            ctx.pad_tokens = [int(n) for n in turn.settings["pad_tokens"]]
         if not ctx.config_sources and isinstance(turn.settings.get("config_sources"), dict):
             ctx.config_sources = turn.settings["config_sources"]
         events = detect(ctx, rec)
@@ -234,6 +236,8 @@ class TurnPipeline:
                                 "Fix the cause above; the trace keeps every earlier turn and every forward pass "
                                 "made before the failure."))
         for ev in events:
+            # Where the pattern comes from: the program's code, unless a feeder named it transformers' own.
+            ev.data.setdefault("origin", "user_code")
             self.stream.emit(EventMsg(ev))
         turn.checklist = turn_checklist(ctx, events)
         turn.ids = pack_ids(ctx.prompt, new_ids, prev=self._prev_ids, known=self._known_pieces, decode=ctx.decode)
