@@ -16,7 +16,8 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from ..core.model.catalog import BUILTINS, KIND_LETTER, find_builtin
+from ..core.cache.layer_kinds import kinds_runs as kinds_summary
+from ..core.model.catalog import BUILTINS, find_builtin
 from ..core.model.devices import DEVICES, DTYPES
 from ..core.model.fetch import FETCHABLE
 from . import theme as th
@@ -26,18 +27,6 @@ OTHER = "__other__"
 LOCAL, SSH = "local", "ssh"
 #: Fetchable built-ins: (what the fetch row calls it, download size).
 FETCH_TITLES = {"smollm2": ("SmolLM2", "93 MB"), "gemma3-270m": ("Gemma 3 270M", "241 MB")}
-
-
-def kinds_summary(kinds: tuple[str, ...]) -> str:
-    """("sliding",)*5 + ("full",) → "S×5, F"."""
-    out: list[list] = []
-    for k in kinds:
-        letter = KIND_LETTER.get(k, "?")
-        if out and out[-1][0] == letter:
-            out[-1][1] += 1
-        else:
-            out.append([letter, 1])
-    return ", ".join(f"{a}×{n}" if n > 1 else a for a, n in out)
 
 
 def dropped_path(mime: QtCore.QMimeData) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+from kvinspect.core.cache.layer_kinds import MEANING, base_kind
 from kvinspect.core.detect.events import Event, _ranges
 from kvinspect.core.report.text_table import md_cell, md_table  # noqa: F401 - md_cell re-exported
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
@@ -177,19 +178,11 @@ def turn_layers_markdown(turn: TurnRecord) -> str:
     return table + ("\n\n" + legend if legend else "")
 
 
-#: What the kinds without a token axis, or with extra tensors, mean (report legend).
-KIND_LEGEND = {
-    "state": "a recurrent/conv state of fixed size, no token axis (seen/stored do not apply; bytes are the state's)",
-    "shared": "reads another layer's K/V and stores none (0 bytes of its own)",
-    "indexed": "sparse attention: K/V plus an indexer-key cache, counted in its bytes",
-}
-
-
 def kinds_legend(rows: list[dict]) -> str:
     """One line per non-plain kind present, e.g. which layer each shared layer reads from."""
     out = []
-    for kind, text in KIND_LEGEND.items():
-        idx = [r["index"] for r in rows if (r.get("kind") or "").removeprefix("static-") == kind]
+    for kind, text in MEANING.items():
+        idx = [r["index"] for r in rows if base_kind(r.get("kind")) == kind]
         if not idx:
             continue
         line = f"*{kind}* ({_ranges(idx)}): {text}"
