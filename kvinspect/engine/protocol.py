@@ -88,14 +88,14 @@ def check_hello(peer: dict, own_version: str, peer_role: str = "engine") -> None
 # -- wire form of the requests' payloads ----------------------------------------------------------------
 
 def options_to_wire(opts) -> dict | None:
-    """A :class:`~kvinspect.core.session.chat.SessionOptions` as plain JSON (None stays None)."""
+    """A :class:`~kvinspect.core.session.options.SessionOptions` as plain JSON (None stays None)."""
     if opts is None:
         return None
     return dataclasses.asdict(opts)
 
 
 def options_from_wire(d: dict | None):
-    from kvinspect.core.session.chat import SessionOptions
+    from kvinspect.core.session.options import SessionOptions
     from kvinspect.core.session.script import GenerationSettings
 
     if not d:

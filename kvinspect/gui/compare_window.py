@@ -90,7 +90,7 @@ class CompareWindow(QtWidgets.QWidget):
             grid.addWidget(cb, 2 * i, 0)
             grid.addWidget(note, 2 * i + 1, 0)
             self.checks[name], self.notes[name] = cb, note
-        from ..core.session.chat import POLICIES
+        from ..core.session.policies import POLICIES
 
         self.extra = QtWidgets.QLineEdit()
         self.extra.setPlaceholderText("also: recreate, refeed, recreate:static …")

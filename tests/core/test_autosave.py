@@ -117,7 +117,8 @@ def test_kill_9_of_a_session_autosaving_like_the_gui(tmp_path):
         from kvinspect.core.trace.autosave import autosave_path
         from kvinspect.core.model.loading import load_model
         from kvinspect.core.session.script import GenerationSettings
-        from kvinspect.core.session.chat import ChatSession, SessionOptions
+        from kvinspect.core.session.chat import ChatSession
+        from kvinspect.core.session.options import SessionOptions
 
         loaded = load_model("tiny-mistral", device="cpu")
         opts = SessionOptions(settings=GenerationSettings(max_new_tokens={MAX_NEW}))

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kvinspect.core.model.catalog import find_builtin
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import load_cached

@@ -22,7 +22,8 @@ from transformers import StaticCache
 
 import kvinspect
 from kvinspect.core.detect.events import CAPACITY_EXCEEDED, CAPACITY_NEAR, TURN_FAILED
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
 

@@ -21,7 +21,8 @@ import kvinspect
 from kvinspect.core.detect.events import CONFIG_OVERRIDE, MEMORY_RETAINED
 from kvinspect.core.detect.provenance import CODE, DEFAULT, FILE, KWARG, OPTION, PASSED, config_sources
 from kvinspect.core.report.report_md import report_markdown
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import load_cached

@@ -15,7 +15,8 @@ import pytest
 
 from kvinspect.core.model.catalog import find_builtin
 from kvinspect.core.model.fetch import GEMMA3_270M, is_fetched, terms_path
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import load_cached

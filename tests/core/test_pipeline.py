@@ -13,7 +13,8 @@ import torch
 from transformers import StaticCache
 
 import kvinspect
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
 

@@ -345,7 +345,8 @@ def test_respecting_a_colliding_generation_config_fails_like_generate_does(reque
 
 def test_a_checkpoint_generation_config_collision_is_reported_too():
     """The same collision when it comes from the checkpoint (generation_config.json), not an override."""
-    from kvinspect.core.session.chat import ChatSession, SessionOptions
+    from kvinspect.core.session.chat import ChatSession
+    from kvinspect.core.session.options import SessionOptions
     from kvinspect.core.session.script import GenerationSettings
 
     loaded = load_model("tiny-llama", device="cpu")  # a private copy: this test edits its config

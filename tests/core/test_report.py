@@ -32,7 +32,7 @@ from kvinspect.core.report.bundle import (
 )
 from kvinspect.core.report.markdown import md_cell, md_fence, turn_phrase
 from kvinspect.core.report.reproduce import reproduce
-from kvinspect.core.session.chat import SessionOptions
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings, load_script
 from kvinspect.core.trace.redact import redact_command

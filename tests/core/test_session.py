@@ -14,7 +14,8 @@ import torch
 
 from kvinspect.core.detect.events import TURN_STOPPED
 from kvinspect.core.errors import ScriptError
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import load_cached

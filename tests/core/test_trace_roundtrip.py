@@ -17,7 +17,8 @@ import pytest
 
 from kvinspect.core.detect.events import Event
 from kvinspect.core.errors import TraceError
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.record import STEP_LAYER, STEP_SCALARS, TraceRecord, TurnRecord
