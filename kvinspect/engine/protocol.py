@@ -137,7 +137,7 @@ def plan_to_wire(plan) -> dict:
 
 def plan_from_wire(d: dict):
     from kvinspect.core.compare.configs import parse_configs
-    from kvinspect.core.compare.run import ComparePlan
+    from kvinspect.core.compare.plan import ComparePlan
     from kvinspect.core.session.script import ChatScript, GenerationSettings
 
     s = d.get("script")

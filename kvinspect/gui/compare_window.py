@@ -308,7 +308,7 @@ class CompareWindow(QtWidgets.QWidget):
     def build_plan(self):
         """The ComparePlan the controls describe; raises KvInspectError (one line) for a mistake."""
         from ..core.compare.configs import parse_configs
-        from ..core.compare.run import ComparePlan
+        from ..core.compare.plan import ComparePlan
         from ..core.session.script import ChatScript, load_script
 
         if self.pending & {n for n, cb in self.checks.items() if cb.isChecked()}:

@@ -18,8 +18,9 @@ from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.compat import cache_from_generate_output
 from kvinspect.core.errors import ModelSpecError, UnsupportedCacheError
 from kvinspect.core.model.catalog import builtin_names, find_builtin
-from kvinspect.core.session.chat import ChatSession, check_cache_available
+from kvinspect.core.session.chat import ChatSession
 from kvinspect.core.session.options import SessionOptions
+from kvinspect.core.session.policies import check_cache_available
 from kvinspect.core.session.script import GenerationSettings
 
 from ..conftest import TINY, load_cached

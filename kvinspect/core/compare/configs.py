@@ -18,8 +18,14 @@ from typing import Any
 from kvinspect.core import compat
 from kvinspect.core.errors import ScriptError, UnsupportedCacheError, first_line
 from kvinspect.core.model.loading import LoadedModel
-from kvinspect.core.session.chat import check_cache_available
-from kvinspect.core.session.policies import CACHE_IMPLS, POLICIES, POLICY_HELP, check_cache_impl, check_policy
+from kvinspect.core.session.policies import (
+    CACHE_IMPLS,
+    POLICIES,
+    POLICY_HELP,
+    check_cache_available,
+    check_cache_impl,
+    check_policy,
+)
 
 COMPILE_SUFFIX = "+compile"
 

@@ -23,11 +23,11 @@ from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, detect_turn
 from kvinspect.core.detect.events import TURN_STOPPED, Event
 from kvinspect.core.detect.provenance import checkpoint_file, config_sources, describe
-from kvinspect.core.errors import ScriptError, UnsupportedCacheError, first_line
+from kvinspect.core.errors import ScriptError, first_line
 from kvinspect.core.model.loading import LoadedModel
 from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
-from kvinspect.core.session.policies import check_cache_impl, check_policy
+from kvinspect.core.session.policies import check_cache_available, check_cache_impl, check_policy
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.stream import Sink
@@ -97,29 +97,6 @@ def _stopping_criteria(should_stop: StopCheck):
             return torch.full((input_ids.shape[0],), hit, dtype=torch.bool, device=input_ids.device)
 
     return StoppingCriteriaList([_Stop()])
-
-
-def check_cache_available(loaded: LoadedModel, impl: str) -> None:
-    """Raise UnsupportedCacheError (one line) when ``impl`` cannot run with this model here."""
-    impl = check_cache_impl(impl)
-    name = loaded.name
-    if impl == "offloaded":
-        if not (loaded.device.startswith("cuda") or loaded.device == "multi-gpu"):
-            raise UnsupportedCacheError(
-                f"--cache offloaded needs a CUDA device (offloading moves layers between GPU and CPU); "
-                f"this run is on {loaded.device}"
-            )
-    if impl == "quantized":
-        kinds = {lay["config_attention"] for lay in env.config_layers(loaded.model.config)}
-        if kinds - {"full"}:
-            raise UnsupportedCacheError(
-                f"--cache quantized supports full-attention models only; {name} has "
-                f"{'/'.join(sorted(kinds - {'full'}))} layers"
-            )
-        if not compat.quantized_backends():
-            raise UnsupportedCacheError(
-                "--cache quantized needs a backend: transformers >= 5 (fp8), optimum-quanto or hqq"
-            )
 
 
 def longest_common_prefix(a: list[int], b: list[int]) -> int:

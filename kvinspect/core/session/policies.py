@@ -8,7 +8,13 @@ driver that runs them is :mod:`.chat`.
 
 from __future__ import annotations
 
-from kvinspect.core.errors import ScriptError
+from typing import TYPE_CHECKING
+
+from kvinspect.core import compat, env
+from kvinspect.core.errors import ScriptError, UnsupportedCacheError
+
+if TYPE_CHECKING:
+    from kvinspect.core.model.loading import LoadedModel
 
 POLICIES = ("reuse", "recreate", "refeed", "nocache", "cache-without-config", "cache-and-use-cache-false")
 POLICY_HELP = {
@@ -40,3 +46,26 @@ def check_cache_impl(impl: str) -> str:
     if c not in CACHE_IMPLS:
         raise ScriptError(f"unknown cache implementation {impl!r}; choose one of: {', '.join(CACHE_IMPLS)}")
     return c
+
+
+def check_cache_available(loaded: LoadedModel, impl: str) -> None:
+    """Raise UnsupportedCacheError (one line) when ``impl`` cannot run with this model here."""
+    impl = check_cache_impl(impl)
+    name = loaded.name
+    if impl == "offloaded":
+        if not (loaded.device.startswith("cuda") or loaded.device == "multi-gpu"):
+            raise UnsupportedCacheError(
+                f"--cache offloaded needs a CUDA device (offloading moves layers between GPU and CPU); "
+                f"this run is on {loaded.device}"
+            )
+    if impl == "quantized":
+        kinds = {lay["config_attention"] for lay in env.config_layers(loaded.model.config)}
+        if kinds - {"full"}:
+            raise UnsupportedCacheError(
+                f"--cache quantized supports full-attention models only; {name} has "
+                f"{'/'.join(sorted(kinds - {'full'}))} layers"
+            )
+        if not compat.quantized_backends():
+            raise UnsupportedCacheError(
+                "--cache quantized needs a backend: transformers >= 5 (fp8), optimum-quanto or hqq"
+            )
