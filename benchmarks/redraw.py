@@ -94,8 +94,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # here, not at import: tests import this module
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
-    from kvinspect.gui import theme as th
-    from kvinspect.gui.plots import PlotsWidget
+    from kvinspect.gui.base import theme as th
+    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
 
     t0 = time.perf_counter()
     rec = synthetic_record(args.steps, args.layers)
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
         naive.setImage(rec.col("stored"), levels=(0, args.steps))
         naive.render()  # what a plot would have to do to show every cell, before painting
 
-    from kvinspect.gui.lane_items import ZoomMemo
+    from kvinspect.gui.graphics.view_span import ZoomMemo
 
     def forget_views():  # not timed: every item's memo of the views it drew, emptied
         for item in w.view.scene().items():

@@ -82,7 +82,7 @@ def main() -> int:
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from kvinspect.core.tokens.states import token_view
-    from kvinspect.gui.tokens_panel import TokensPanel
+    from kvinspect.gui.panels.tokens_panel import TokensPanel
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     big = synthetic_record(a.tokens)

@@ -1,10 +1,10 @@
 """The renderer the CLI and the window hand to the core's report writers: a child process.
 
 :func:`render_in_child` is a :class:`kvinspect.core.report.plots.Renderer`. It runs
-``python -m kvinspect.gui.render KIND INPUT OUTDIR FORMATS`` on Qt's offscreen platform, so
+``python -m kvinspect.gui.report_images.child_entry KIND INPUT OUTDIR FORMATS`` on Qt's offscreen platform, so
 that the caller never imports Qt (``kvinspect report`` and ``compare`` stay headless) and the
 window's export, which runs off the GUI thread, never draws widgets there. Each KIND is a
-module ``kvinspect.gui.render_<kind>`` with ``render(input_path, out_dir, formats) -> (files,
+module ``kvinspect.gui.report_images.<kind>_figures`` with ``render(input_path, out_dir, formats) -> (files,
 notes)``; the child prints one JSON line with both. Where Qt or pyqtgraph is missing (a GPU
 server without the GUI stack), or the child fails, the images are skipped with a note instead
 of failing the report.
@@ -24,7 +24,7 @@ from pathlib import Path
 from kvinspect.core.report.plots import PlotResult
 
 #: The child's entry module (``python -m``).
-RENDER_MODULE = "kvinspect.gui.render"
+RENDER_MODULE = "kvinspect.gui.report_images.child_entry"
 
 
 def render_in_child(kind: str, input_path: str | os.PathLike, out_dir: str | os.PathLike,

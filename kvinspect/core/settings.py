@@ -7,7 +7,7 @@ hand-edited file never stops the window from opening. Window geometry is plain d
 (numbers and a base64 string), not QSettings, so the core can read and test it without Qt.
 
 ``KVINSPECT_THEME`` (``system``/``dark``/``light``) overrides the stored theme for one run. ``system``
-(the default) follows the desktop's colour scheme; the GUI resolves it (``gui/theme.py``).
+(the default) follows the desktop's colour scheme; the GUI resolves it (``gui/base/theme.py``).
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ import sys
 # PySide6 before pyqtgraph, so pyqtgraph binds to it rather than to a PyQt that may be installed.
 from PySide6 import QtCore, QtWidgets  # noqa: I001
 
-from .. import __version__
-from ..core.paths import ephemeral
-from . import gc_policy
-from .resources import app_icon
+from kvinspect import __version__
+from kvinspect.core.paths import ephemeral
+from kvinspect.gui.base import gui_thread_gc
+from kvinspect.gui.base.resources import app_icon
 
 
 def create(exec_app: bool = False, settings=None, session_options=None, persist: bool | None = None,
@@ -39,14 +39,14 @@ def create(exec_app: bool = False, settings=None, session_options=None, persist:
     app.setApplicationVersion(__version__)
     app.setDesktopFileName("kvinspect")
     app.setWindowIcon(app_icon())
-    from .main_window import MainWindow
+    from kvinspect.gui.windows.main_window import MainWindow
 
     if persist is None:
         persist = not ephemeral()
     win = MainWindow(settings=settings, session_options=session_options, persist=persist, autosave=autosave,
                      **window_kwargs)
     win.show()
-    gc_policy.settle()  # Qt, pyqtgraph and the window are long-lived: keep them out of every later pass
+    gui_thread_gc.settle()  # Qt, pyqtgraph and the window are long-lived: keep them out of every later pass
     # app.exit()/quit() skip closeEvent: stop the worker thread and save settings on the way out too.
     app.aboutToQuit.connect(win.shutdown)
     _maybe_quit_after(app, win)
@@ -69,22 +69,22 @@ def _maybe_quit_after(app, win) -> None:
 
 def run_from_args(args, argv: list[str] | None = None) -> int:
     """``kvinspect gui`` / bare ``kvinspect``. User mistakes in flags or files raise KvInspectError first."""
-    from ..core.session.options import apply_script_overrides, session_options
-    from ..core.session.policies import check_cache_impl, check_policy
-    from ..core.session.script import GenerationSettings, load_script
+    from kvinspect.core.session.options import apply_script_overrides, session_options
+    from kvinspect.core.session.policies import check_cache_impl, check_policy
+    from kvinspect.core.session.script import GenerationSettings, load_script
 
     argv = list(argv or [])
     options = session_options(args)  # bad template path, bad --generation-config: one line, exit 2
     script = apply_script_overrides(load_script(args.script), args) if args.script else None
     if (args.screenshot or args.exit_when_done) and not args.model:
-        from ..core.errors import ScriptError
+        from kvinspect.core.errors import ScriptError
 
         raise ScriptError("--screenshot and --exit-when-done need --model (and usually --script)")
     if args.screenshot is not None:
         check_screenshot_path(args.screenshot)
 
-    from ..core.settings import load_settings
-    from .reporting import configure_logging, install_excepthook
+    from kvinspect.core.settings import load_settings
+    from kvinspect.gui.base.errors_and_logs import configure_logging, install_excepthook
 
     settings = load_settings()
     explicit = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
@@ -110,7 +110,7 @@ def run_from_args(args, argv: list[str] | None = None) -> int:
     if system is not None:
         win.chat.system.setPlainText(system)
     if scripted:
-        from .scripted import ScriptDriver
+        from kvinspect.gui.windows.script_driver import ScriptDriver
 
         win.driver = ScriptDriver(win, script.turns if script else [], args.screenshot, args.exit_when_done)
     if args.model:
@@ -127,7 +127,7 @@ def check_screenshot_path(value: str) -> None:
     """Refuse a ``--screenshot`` path that cannot be written before the window opens (one line, exit 2)."""
     from pathlib import Path
 
-    from ..core.errors import ScriptError
+    from kvinspect.core.errors import ScriptError
 
     if not value.strip():
         raise ScriptError("--screenshot is empty; give a .png path")
@@ -165,8 +165,8 @@ def open_viewer(record=None, path: str | None = None, follow: str | None = None,
     Returns ``(app, window)`` without running the event loop (``kvinspect view`` runs it; tests don't).
     The window's own session is empty until a model is loaded from it ("Back to live session").
     """
-    from ..core.settings import load_settings
-    from .reporting import configure_logging, install_excepthook
+    from kvinspect.core.settings import load_settings
+    from kvinspect.gui.base.errors_and_logs import configure_logging, install_excepthook
 
     settings = settings or load_settings()
     if theme:

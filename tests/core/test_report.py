@@ -409,7 +409,7 @@ def test_plot_step_axes_have_whole_ticks_from_zero(tmp_path):
     import pyqtgraph as pg
     from PySide6 import QtWidgets
 
-    from kvinspect.gui.render_trace import cache_figure, memory_figure
+    from kvinspect.gui.report_images.trace_figures import cache_figure, memory_figure
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     script = ChatScript(["Hi there", "And?"], settings=GenerationSettings(max_new_tokens=3))

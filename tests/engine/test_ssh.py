@@ -3,7 +3,7 @@
 The engine is started exactly as the window starts it (``engine_command(host, python)`` with
 ``KVINSPECT_SSH_COMMAND`` pointing ssh at the test's own client config) and driven line by line.
 A host without kvinspect, one that cannot run the python, and one that refuses the connection each
-give the window one line saying what to do (:func:`kvinspect.gui.remote.explain_start_failure`).
+give the window one line saying what to do (:func:`kvinspect.gui.engine_link.remote_engine.explain_start_failure`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from kvinspect.engine.launch import SSH_COMMAND_ENV, engine_command, ssh_command
 from kvinspect.engine.protocol import PROTOCOL_VERSION
-from kvinspect.gui.remote import explain_start_failure, remote_target
+from kvinspect.gui.engine_link.remote_engine import explain_start_failure, remote_target
 
 
 def python_without_kvinspect() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 def plots_showing(qtbot, rec, size: tuple[int, int] = (1000, 600), theme=None):
     """A new plots widget of ``size`` (the redraw benchmark's by default), in ``theme`` if given,
     shown and exposed, that has drawn ``rec``."""
-    from kvinspect.gui.plots import PlotsWidget
+    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
 
     w = PlotsWidget()
     qtbot.addWidget(w)

@@ -113,7 +113,7 @@ def test_every_menu_and_item_has_a_mnemonic_unique_in_its_menu(window):
 
 
 def test_every_control_and_plot_has_an_accessible_name_and_description(qtbot, window, run_dir):
-    from kvinspect.gui.accessibility import is_control
+    from kvinspect.gui.base.accessibility import is_control
 
     _open(qtbot, window, run_dir)  # the replay bar's controls too
     picker = window.open_picker()
@@ -132,7 +132,7 @@ def test_every_control_and_plot_has_an_accessible_name_and_description(qtbot, wi
 
 
 def test_follow_the_system_theme_is_the_default(qtbot, window, monkeypatch):
-    from kvinspect.gui import theme as th
+    from kvinspect.gui.base import theme as th
 
     assert Settings().theme == "system"
     assert window.settings.theme == "system" and window.theme_actions["system"].isChecked()
@@ -149,7 +149,7 @@ def test_follow_the_system_theme_is_the_default(qtbot, window, monkeypatch):
 
 
 def test_recent_traces_menu_opens_and_is_remembered(qtbot, window, run_dir, tmp_path):
-    from kvinspect.gui.menus import fill_recent_menu
+    from kvinspect.gui.windows.menus import fill_recent_menu
 
     assert fill_recent_menu(window) == []  # nothing yet: one disabled line
     assert not window.recent_menu.actions()[0].isEnabled()
@@ -180,7 +180,7 @@ def test_recent_traces_menu_opens_and_is_remembered(qtbot, window, run_dir, tmp_
 # -- the other windows and dialogs: every control and plot named, mnemonics that reach a control ----------------
 def _assert_named(root: QtWidgets.QWidget, at_least: int) -> list[QtWidgets.QWidget]:
     """Every control under ``root`` (accessibility.CONTROLS, plots included) has a name and a description."""
-    from kvinspect.gui.accessibility import is_control
+    from kvinspect.gui.base.accessibility import is_control
 
     controls = [w for w in root.findChildren(QtWidgets.QWidget) if is_control(w)]
     assert len(controls) >= at_least, [type(w).__name__ for w in controls]
@@ -238,7 +238,7 @@ def test_export_dialog_is_named(qtbot, window, run_dir):
 
 
 def test_viewer_bar_is_named_on_its_own(qtbot, window):
-    from kvinspect.gui.viewer_bar import ViewerBar
+    from kvinspect.gui.panels.viewer_bar import ViewerBar
 
     bar = ViewerBar()
     qtbot.addWidget(bar)
@@ -256,7 +256,7 @@ def test_viewer_bar_is_named_on_its_own(qtbot, window):
 
 
 def test_policies_box_is_named(qtbot, window):
-    from kvinspect.gui.dialogs import show_policies
+    from kvinspect.gui.dialogs.policies_box import show_policies
 
     box = show_policies(window)
     qtbot.waitExposed(box)
@@ -282,7 +282,7 @@ def compare_doc(tmp_path_factory):
 def test_compare_window_controls_and_plots_are_named(qtbot, window, compare_doc):
     import pyqtgraph as pg
 
-    from kvinspect.gui import theme as th
+    from kvinspect.gui.base import theme as th
 
     cw = window.open_compare()  # no model loaded: the window opens and says so
     qtbot.addWidget(cw)

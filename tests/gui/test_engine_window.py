@@ -232,7 +232,7 @@ def test_a_second_stop_kills_an_engine_that_ignores_stop(qtbot, make_window):
 
 
 def test_cancel_kills_a_load_that_cannot_be_cancelled(qtbot, make_window, monkeypatch):
-    import kvinspect.gui.worker as worker
+    import kvinspect.gui.engine_link.session_controller as worker
 
     monkeypatch.setattr(worker, "CANCEL_GRACE_S", 0.5)
     win = make_window(_fake("deaf"))
@@ -249,7 +249,7 @@ def test_cancel_kills_a_load_that_cannot_be_cancelled(qtbot, make_window, monkey
 
 
 def test_a_silent_engine_is_told_from_a_busy_one(qtbot, make_window, monkeypatch):
-    import kvinspect.gui.engine_client as ec
+    import kvinspect.gui.engine_link.engine_process as ec
 
     monkeypatch.setattr(ec, "HUNG_AFTER_S", 1.5)
     busy = make_window(_fake("deaf"))  # heartbeats while it (never) loads: busy, not hung

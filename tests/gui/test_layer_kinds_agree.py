@@ -20,9 +20,9 @@ from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.tokens.states import token_view
 from kvinspect.core.tokens.text import header_lines
 from kvinspect.core.trace.tracefile import read_trace
-from kvinspect.gui import theme as th
-from kvinspect.gui.cache_plot import HeatmapLane
-from kvinspect.gui.render_trace import cache_figure
+from kvinspect.gui.base import theme as th
+from kvinspect.gui.lanes.heatmap_lane import HeatmapLane
+from kvinspect.gui.report_images.trace_figures import cache_figure
 from tests.conftest import load_cached
 
 TINY_BUILTINS = [b.name for b in BUILTINS if b.tiny]

@@ -1,4 +1,4 @@
-"""The lanes' legends (gui/legend.py): pyqtgraph's grid and entries, drawn by one item."""
+"""The lanes' legends (gui/graphics/legend.py): pyqtgraph's grid and entries, drawn by one item."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def _record_with_kinds(kinds: list[str], steps: int = 400):
 
 @pytest.fixture(scope="module")
 def plots(qapp):
-    from kvinspect.gui import theme as th
-    from kvinspect.gui.plots import PlotsWidget
+    from kvinspect.gui.base import theme as th
+    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
 
     w = PlotsWidget()
     w.resize(1000, 600)
@@ -94,7 +94,7 @@ def test_samples_are_painted_with_their_pens_and_follow_changes(plots, qapp):
 
 
 def test_labels_and_background_follow_the_theme(plots, qapp):
-    from kvinspect.gui import theme as th
+    from kvinspect.gui.base import theme as th
 
     legend = plots.memory.legend
     rect = plots.view.mapFromScene(legend.mapToScene(legend.boundingRect())).boundingRect()

@@ -1,4 +1,4 @@
-"""The lanes' overlays (gui/overlays.py): event markers and turn/recreate lines, drawn by lean items
+"""The lanes' overlays (gui/graphics/marker_lines.py): event markers and turn/recreate lines, drawn by lean items
 that must draw what pyqtgraph's items drew and keep their tooltips and clicks."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _grab(w, item) -> QtGui.QImage:
 def test_markers_draw_what_a_scatter_plot_item_drew(lane):
     """Each spot is pyqtgraph's rendered symbol at the pixel the atlas would put it: the same image,
     at several zooms and pans (overlapping spots, spots half out of view)."""
-    from kvinspect.gui.overlays import MarkersItem
+    from kvinspect.gui.graphics.event_markers import MarkersItem
 
     lane.setYRange(0, 1, padding=0)
     compared = 0
@@ -71,7 +71,7 @@ def test_markers_draw_what_a_scatter_plot_item_drew(lane):
 
 
 def test_a_hovered_marker_grows(lane):
-    from kvinspect.gui.overlays import MarkersItem
+    from kvinspect.gui.graphics.event_markers import MarkersItem
 
     lane.setXRange(0, 10, padding=0)
     lane.setYRange(0, 1, padding=0)
@@ -88,7 +88,7 @@ def test_a_hovered_marker_grows(lane):
 
 @pytest.fixture
 def plots(qtbot):
-    from kvinspect.gui import theme as th
+    from kvinspect.gui.base import theme as th
 
     rec = synthetic_record(20_000, 12, turns=8)
     w = plots_showing(qtbot, rec, theme=th.DARK)

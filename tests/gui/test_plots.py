@@ -129,7 +129,7 @@ def test_lane_axes_specs_are_pyqtgraphs(qtbot):
     for every axis of the lanes, zoomed, panned and at rest."""
     import pyqtgraph as pg
 
-    from kvinspect.gui.plot_items import LaneAxis, _Measure
+    from kvinspect.gui.graphics.axes import LaneAxis, _Measure
 
     rec, w = _shown_plots(qtbot, 20_000, 24)
     axes = [p.getAxis(o) for p in w.lanes for o in ("left", "bottom", "right")] + [w.memory.plot.getAxis("right")]
@@ -170,7 +170,7 @@ def test_window_lines_are_drawn_with_their_labels(qtbot):
     once the data come near the window."""
     from PySide6 import QtCore, QtGui
 
-    from kvinspect.gui import theme as th
+    from kvinspect.gui.base import theme as th
 
     rec = synthetic_record(6000, 12, turns=2)  # window 4096; the stored mean passes half of it
     w = plots_showing(qtbot, rec, (900, 500), th.DARK)
@@ -195,7 +195,7 @@ def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
     """Live frames compare only the curves' last bins (an append-only record at one zoom): what
     they leave drawn, arrays and regions included, must equal a redraw from scratch."""
     from kvinspect.core.trace.series import envelope
-    from kvinspect.gui.plots import PlotsWidget
+    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
 
     steps, layers, grow = 6000, 12, 700
     full = synthetic_record(steps, layers, turns=4)
@@ -284,7 +284,7 @@ def test_curves_and_heatmap_from_windows_are_built_as_from_their_arrays(qtbot):
     import pyqtgraph as pg
     from PySide6 import QtGui
 
-    from kvinspect.gui.lane_items import pixel_size
+    from kvinspect.gui.graphics.view_span import pixel_size
 
     rng = np.random.default_rng(7)
 
@@ -329,7 +329,8 @@ def test_curves_within_a_pixel_are_built_as_by_the_general_path(qtbot, monkeypat
     """``Curve._set_within`` (every bin within a pixel, as in a whole run's view: the bins' highs,
     no zigzag, the key made when first asked for) draws the path, fill and bounds of the general
     build (envelope, ``setData``, ``_rebuild``), and its arrays and key, made later, are theirs."""
-    from kvinspect.gui.lane_items import Curve, pixel_size
+    from kvinspect.gui.graphics.curve import Curve
+    from kvinspect.gui.graphics.view_span import pixel_size
 
     rng = np.random.default_rng(3)
 

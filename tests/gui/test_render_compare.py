@@ -12,7 +12,7 @@ from kvinspect.core.compare.configs import parse_configs
 from kvinspect.core.compare.report import build_report, write_report
 from kvinspect.core.compare.run import ComparePlan, run_compare
 from kvinspect.core.session.script import ChatScript, GenerationSettings
-from kvinspect.gui import render_compare
+from kvinspect.gui.report_images import compare_figures
 
 from ..conftest import load_cached
 
@@ -34,7 +34,7 @@ def _curves(plot: pg.PlotItem) -> list[str]:
 
 def test_figures_have_one_curve_per_configuration(qtbot, compare_dir):
     _, data = compare_dir
-    figs = dict(render_compare.build_figures(data))
+    figs = dict(compare_figures.build_figures(data))
     assert list(figs) == ["latency_per_turn", "memory_per_turn", "stress", "prompt_lengths"]
     for name, w in figs.items():
         qtbot.addWidget(w)
@@ -63,7 +63,7 @@ def test_figures_have_one_curve_per_configuration(qtbot, compare_dir):
 def test_window_colours_are_not_changed_for_everyone_else(qtbot, compare_dir):
     _, data = compare_dir
     before = (pg.getConfigOption("background"), pg.getConfigOption("foreground"))
-    figs = render_compare.build_figures(data, background="#202124", foreground="#E8EAED")
+    figs = compare_figures.build_figures(data, background="#202124", foreground="#E8EAED")
     for _, w in figs:
         qtbot.addWidget(w)
     assert (pg.getConfigOption("background"), pg.getConfigOption("foreground")) == before
@@ -72,14 +72,14 @@ def test_window_colours_are_not_changed_for_everyone_else(qtbot, compare_dir):
 
 def test_render_writes_png_and_svg(qtbot, compare_dir, tmp_path):
     out, data = compare_dir
-    files, notes = render_compare.render(out / "compare.json", tmp_path, ("png", "svg"))
+    files, notes = compare_figures.render(out / "compare.json", tmp_path, ("png", "svg"))
     names = sorted(f.name for f in files)
     assert names == sorted(f"{n}.{ext}" for n in ("latency_per_turn", "memory_per_turn", "stress", "prompt_lengths")
                            for ext in ("png", "svg")), notes
     for f in files:
         if f.suffix == ".png":
             img = QtGui.QImage(str(f))
-            assert img.width() == render_compare.SIZE[0] and img.height() > 400
+            assert img.width() == compare_figures.SIZE[0] and img.height() > 400
             # not a blank canvas: many distinct colours (curves, text, grid)
             colours = {img.pixel(x, y) for x in range(0, img.width(), 7) for y in range(0, img.height(), 7)}
             assert len(colours) > 20, f.name
@@ -102,5 +102,5 @@ def test_nothing_measured_gives_a_note_not_an_error(qtbot, compare_dir, tmp_path
                  lengths=None)
     path = tmp_path / "compare.json"
     path.write_text(json.dumps(empty), encoding="utf-8")
-    files, notes = render_compare.render(path, tmp_path / "plots", ("png",))
+    files, notes = compare_figures.render(path, tmp_path / "plots", ("png",))
     assert files == [] and notes and "no plots" in notes[0]

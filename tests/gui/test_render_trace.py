@@ -18,8 +18,8 @@ from kvinspect.child_render import render_in_child
 from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
-from kvinspect.gui.render_trace import EXPORT_WIDTH, cache_figure, memory_figure, render
-from kvinspect.gui.theme import KIND_COLORS
+from kvinspect.gui.base.theme import KIND_COLORS
+from kvinspect.gui.report_images.trace_figures import EXPORT_WIDTH, cache_figure, memory_figure, render
 from tests.conftest import load_cached
 
 

@@ -23,7 +23,7 @@ from kvinspect.core.tokens.states import (
     TokenView,
 )
 from kvinspect.core.trace.redact import redact_record
-from kvinspect.gui.tokens_panel import DUP_COLOR, STATE_COLORS, TokensPanel, tooltip
+from kvinspect.gui.panels.tokens_panel import DUP_COLOR, STATE_COLORS, TokensPanel, tooltip
 
 from ..core.test_tokens import QWEN3, session_for
 
@@ -176,7 +176,7 @@ def test_not_recorded_and_100k_tokens_paint_only_what_is_visible(qtbot, traces, 
 
 def test_tokens_png_for_the_bundle(traces, tmp_path):
     from kvinspect.core.trace.tracefile import write_trace
-    from kvinspect.gui.render_tokens import render
+    from kvinspect.gui.report_images.tokens_figures import render
 
     path = write_trace(tmp_path / "trace.jsonl", traces["think"])
     files, notes = render(path, tmp_path / "out")

@@ -291,7 +291,7 @@ def test_open_viewer_entry_shows_the_record(qtbot, run_dir):
 
 
 def test_autosaved_sessions_menu_opens_one(qtbot, window):
-    from kvinspect.gui.menus import fill_autosave_menu
+    from kvinspect.gui.windows.menus import fill_autosave_menu
 
     load(qtbot, window, "tiny-llama")
     t = send(qtbot, window, "Autosaved as it runs.", max_new_tokens=5)

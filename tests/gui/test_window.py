@@ -12,7 +12,7 @@ import pytest
 from PySide6 import QtCore, QtWidgets
 
 from kvinspect.core.detect.events import CACHE_RECREATED, TURN_STOPPED, WINDOW_REACHED
-from kvinspect.gui.layer_table import COLUMNS
+from kvinspect.gui.panels.layer_table import COLUMNS
 
 from .conftest import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
 
@@ -251,7 +251,7 @@ def test_layer_table_sorts_and_picks(qtbot, window):
 
 def test_picker_lists_builtins_and_takes_paths(qtbot, window, tmp_path):
     from kvinspect.core.model.catalog import BUILTINS
-    from kvinspect.gui.model_picker import OTHER
+    from kvinspect.gui.dialogs.model_picker import OTHER
 
     picker = window.open_picker()
     qtbot.waitExposed(picker)
@@ -288,7 +288,7 @@ def QtGui_drop(widget, mime):
 
 
 def test_fetch_button_only_when_not_fetched(qtbot, window):
-    from kvinspect.gui.model_picker import ModelPicker
+    from kvinspect.gui.dialogs.model_picker import ModelPicker
 
     absent = ModelPicker(window, is_fetched=lambda name: False)
     qtbot.addWidget(absent)
@@ -331,14 +331,14 @@ def test_menus_shortcuts_about_and_themes(qtbot, window, monkeypatch):
 
 
 def test_uncaught_exception_is_shown_not_fatal(qtbot, window):
-    from kvinspect.gui import reporting
+    from kvinspect.gui.base import errors_and_logs
 
-    reporting.install_excepthook(window.errors)
+    errors_and_logs.install_excepthook(window.errors)
     try:
         try:
             raise RuntimeError("boom in a slot")
         except RuntimeError as exc:
-            reporting._hook(type(exc), exc, exc.__traceback__)
+            errors_and_logs._hook(type(exc), exc, exc.__traceback__)
     finally:
         import sys
         import threading

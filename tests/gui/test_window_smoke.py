@@ -1,7 +1,7 @@
 """The window opens with the app icon; `kvinspect gui --help` does not need a display."""
 
 from kvinspect.gui.app import create
-from kvinspect.gui.resources import app_icon
+from kvinspect.gui.base.resources import app_icon
 
 
 def test_window_opens(qtbot):

@@ -2,7 +2,7 @@
 
 One vocabulary for every place that names a layer's kind: the window (heatmap axis and legend, layer
 picker, toolbar), the report (``cache.png``'s kind strip, the layers table's legend), the token view and
-``kvinspect models``. Colours are the window's theme's (``gui/theme.py``), keyed by these kinds.
+``kvinspect models``. Colours are the window theme's (``gui/base/theme.py``), keyed by these kinds.
 
 The kind of a layer of a record has one rule, :func:`layer_kinds`: what the cache did at the latest
 finished turn that reported every layer, else (before any turn) what the config asks for. So a Gemma 3n

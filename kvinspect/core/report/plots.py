@@ -7,7 +7,7 @@ does. :func:`kvinspect.core.report.bundle.write_report` and
 ``kind`` (``"trace"``: ``cache``/``memory`` of a trace file; ``"compare"``: the figures of a
 ``compare.json``) into ``out_dir``. It reports what it could not draw as notes instead of
 raising (e.g. Qt missing on a GPU server). The CLI and the window pass
-:func:`kvinspect.child_render.render_in_child`, which runs ``python -m kvinspect.gui.render``
+:func:`kvinspect.child_render.render_in_child`, which runs ``python -m kvinspect.gui.report_images.child_entry``
 on Qt's offscreen platform. With no renderer, a report is written without images and says so.
 """
 

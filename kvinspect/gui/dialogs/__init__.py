@@ -1,0 +1,1 @@
+"""The window's dialogs: model picker, export, follow, about, reuse policies."""
