@@ -172,7 +172,7 @@ def test_export_elsewhere_is_self_contained(tiny_compare, tmp_path):
 
 
 def test_plots_come_from_the_callers_renderer(tiny_compare, tmp_path):
-    from kvinspect.core.report.plots import PlotResult
+    from kvinspect.core.report.renderer import PlotResult
 
     _, _, result, _, _ = tiny_compare
     files = write_report(result, tmp_path / "none")  # no renderer: no images, and the report says so

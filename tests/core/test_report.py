@@ -30,7 +30,7 @@ from kvinspect.core.report.bundle import (
     turns_markdown,
     write_report,
 )
-from kvinspect.core.report.markdown import md_cell, md_fence, turn_phrase
+from kvinspect.core.report.md_snippets import md_cell, md_fence, turn_phrase
 from kvinspect.core.report.reproduce import reproduce
 from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.runner import run_script
@@ -280,7 +280,7 @@ def test_the_renderer_is_the_callers(gemma3_record, tmp_path):
     assert any(n.startswith("plots skipped: no renderer") for n in res.notes)
     assert "plots skipped: no renderer" in (tmp_path / "plain" / "report.md").read_text(encoding="utf-8")
 
-    from kvinspect.core.report.plots import PlotResult
+    from kvinspect.core.report.renderer import PlotResult
 
     calls = []
 

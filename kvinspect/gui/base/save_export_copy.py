@@ -1,6 +1,6 @@
 """Evidence from the window: save the trace, export a report bundle, copy Markdown to the clipboard.
 
-All of it is a thin layer over the core (:mod:`kvinspect.core.report.bundle`, :mod:`kvinspect.core.report.markdown`,
+All of it is a thin layer over the core (:mod:`kvinspect.core.report.bundle`, :mod:`kvinspect.core.report.md_snippets`,
 :mod:`kvinspect.core.trace.tracefile`). What is exported is :func:`current_source`: the live session, or the
 trace the window is viewing or following. Writing happens off the GUI thread
 (:class:`~kvinspect.gui.base.background_jobs.BackgroundTask`: report plots take seconds in a child process), and while it
@@ -170,14 +170,14 @@ def _shown_record(win):
 
 def copy_turns(win) -> str:
     """The per-turn table of the record on screen."""
-    from kvinspect.core.report.markdown import turns_markdown
+    from kvinspect.core.report.md_snippets import turns_markdown
 
     return _copy(win, turns_markdown(_shown_record(win)), "the per-turn table")
 
 
 def copy_layers(win) -> str:
     """The per-layer table at the step shown (the replay step, or the latest)."""
-    from kvinspect.core.report.markdown import layer_table_markdown
+    from kvinspect.core.report.md_snippets import layer_table_markdown
 
     rec = _shown_record(win)
     if rec.n_steps == 0:
@@ -188,7 +188,7 @@ def copy_layers(win) -> str:
 
 def copy_event(win, index: int | None = None) -> str:
     """One event's explanation (the selected one by default)."""
-    from kvinspect.core.report.markdown import event_markdown
+    from kvinspect.core.report.md_snippets import event_markdown
 
     rec = _shown_record(win)
     idx = win.events.selected_index() if index is None else index
