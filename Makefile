@@ -49,9 +49,10 @@ test: fetch lint
 # The GUI tests that draw, take input or time the UI, again on a real X server (pytest-xvfb starts
 # Xvfb); asserts the xcb plugin loaded. Left out: tests of processes and files (engine death, ssh,
 # follow) and of the image renderers, which always draw offscreen in a child (kvinspect/child_render.py).
-XVFB_TESTS ?= tests/gui/test_window_smoke.py tests/gui/test_window.py tests/gui/test_plots.py \
-	tests/gui/test_stall.py tests/gui/test_scripted.py tests/gui/test_viewer.py tests/gui/test_export.py \
-	tests/gui/test_tokens_panel.py tests/gui/test_desktop_conventions.py tests/gui/test_qt_guard.py
+XVFB_TESTS ?= tests/gui/windows/test_window_smoke.py tests/gui/windows/test_main_window.py \
+	tests/gui/lanes/test_lanes_widget.py tests/gui/engine_link/test_stall.py tests/gui/windows/test_script_driver.py \
+	tests/gui/windows/test_trace_modes.py tests/gui/dialogs/test_export_dialog.py tests/gui/panels/test_tokens_panel.py \
+	tests/gui/windows/test_desktop_conventions.py tests/gui/base/test_qt_guard.py
 test-xvfb: setup
 	env -u QT_QPA_PLATFORM KVINSPECT_EXPECT_PLATFORM=xcb $(XDIST_ENV) $(PY) -m pytest -q $(XDIST) $(XVFB_TESTS) $(PYTEST_ARGS)
 
@@ -88,7 +89,7 @@ bench: fetch
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info
 
-# -- Packaging (issue 19, docs/packaging.md) ------------------------------------------------------
+# -- Packaging (docs/packaging.md) ------------------------------------------------------
 # `make wheel-smoke`: build the wheel and sdist, install the wheel into a fresh venv that cannot see
 # the checkout, run the smoke test there. `make bundle`: the PyInstaller one-folder desktop bundle
 # in dist/bundle/kvinspect and its smoke test (not in CI: see docs/packaging.md for the figures).

@@ -9,7 +9,7 @@ It also reports the hook's own cost: the time spent inside it during the runs (a
 generate() time), and the median of 2000 calls timed one by one on the model's real cache, which
 a busy machine barely moves (compare it with the decode step).
 
-Goal (issue 3): overhead <= 1 % on CPU. Run::
+Goal: overhead <= 1 % on CPU. Run::
 
     .venv/bin/python benchmarks/observer_overhead.py                  # SmolLM2 on CPU (and CUDA if present)
     .venv/bin/python benchmarks/observer_overhead.py --model tiny-llama --runs 15

@@ -112,7 +112,7 @@ class _HookModel:
     def run(self, new: int, grouped: bool = True) -> tuple[float, float, float]:
         """(hook µs per forward, steady-state median µs, generate seconds per forward) of one observed generation.
 
-        ``grouped=False``: every layer read on every forward, as before issue 16 (the baseline)."""
+        ``grouped=False``: every layer read on every forward, as before the layers were grouped (the baseline)."""
         from kvinspect.core.trace.record import TurnRecord
 
         self.probe.group_layers = grouped

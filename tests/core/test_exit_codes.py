@@ -130,7 +130,7 @@ def test_out_of_memory_while_loading_weights_is_a_runtime_fault(tmp_path, monkey
     assert type(info.value).__name__ == "ModelLoadError" and info.value.exit_code == 2
 
 
-# -- a full disk under the output (issue 18): the right blame, the right code, nothing half-written -----------
+# -- a full disk under the output: the right blame, the right code, nothing half-written -----------
 
 SEED = __import__("pathlib").Path(__file__).parents[1] / "fuzz" / "data" / "tiny-gemma3.jsonl"
 

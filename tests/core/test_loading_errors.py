@@ -107,7 +107,7 @@ def test_device_choice_on_cpu_only_machine():
         resolve_device("tpu")
 
 
-# -- damaged and hostile model folders (issue 18): one line each, before anything big is built ---------------
+# -- damaged and hostile model folders: one line each, before anything big is built ---------------
 
 _LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256,

@@ -1,4 +1,4 @@
-"""``--overwrite`` never loses the earlier output (issue 18): ``run``, ``compare`` and ``trace``.
+"""``--overwrite`` never loses the earlier output: ``run``, ``compare`` and ``trace``.
 
 The earlier files are set aside in a hidden sibling folder (``commands/common.py`` ClaimedOut) and
 come back, byte for byte, when the new command cannot start; they are deleted only once the new

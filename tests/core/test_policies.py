@@ -1,4 +1,4 @@
-"""Issue 4: each reuse policy reproduces its mistake and the detectors name exactly that mistake.
+"""Each reuse policy reproduces its mistake and the detectors name exactly that mistake.
 
 Run on the real SmolLM2 and on the built-in windowed models. For every policy the test states
 the complete set of events it must produce per turn (informational window/chunk events aside,

@@ -324,7 +324,7 @@ def test_a_failed_turn_reads_as_sentences_without_python_none(tmp_path):
     t2.cache_id, t2.cache_class, t2.layers, t2.kv_bytes, t2.kv_held_bytes = 0, "None", [], 0, 0
     md = _report_md(rec, tmp_path / "bundle")
     assert not _LEAKS.findall(md), _LEAKS.findall(md)
-    # capacity_near / capacity_exceeded (issue 14): the counts showed turn 2 could not fit.
+    # capacity_near / capacity_exceeded: the counts showed turn 2 could not fit.
     assert ("⚠️ **3 problem events:** `capacity_near` (turn 1); `capacity_exceeded` (turn 2); `turn_failed` (turn 2)."
             "\n\n- Turn 2 did not complete normally (failed): see [Turns](#turns).") in md
     assert "| 2 | failed | reuse | none | 103 |" in md  # as the terminal table says it

@@ -169,7 +169,7 @@ def test_a_key_given_twice_is_refused(tmp_path):
     _one_line_error(p, "'max_new_tokens' appears twice")
 
 
-# -- hostile scripts and flags (issue 18): refused before the model loads, one line each -------------------
+# -- hostile scripts and flags: refused before the model loads, one line each -------------------
 
 def _run_cli(tmp_path, capsys, script_text: str, *extra: str, out: str | None = None):
     from kvinspect.cli import main

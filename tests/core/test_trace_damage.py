@@ -218,7 +218,7 @@ def test_follow_mode_keeps_a_running_turn_running(trace):
     assert reader.record.turns[2].status == "ok"
 
 
-# -- hostile numbers and types (issue 18): the validating reader, tests/fuzz for the property suite --------
+# -- hostile numbers and types: the validating reader, tests/fuzz for the property suite --------
 
 SEED = Path(__file__).parents[1] / "fuzz" / "data" / "tiny-gemma3.jsonl"
 

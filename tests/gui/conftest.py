@@ -1,4 +1,6 @@
-"""GUI fixtures. Platform: offscreen by default (see tests/conftest.py), xcb under pytest-xvfb."""
+"""GUI fixtures (the window, the engine fork server); plain helpers are in tests/gui/helpers.py.
+
+Platform: offscreen by default (see tests/conftest.py), xcb under pytest-xvfb."""
 
 import os
 import subprocess
@@ -7,9 +9,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-LOAD_TIMEOUT_MS = 120_000
-TURN_TIMEOUT_MS = 120_000
 
 
 @pytest.fixture(scope="session")
@@ -63,24 +62,3 @@ def window(qtbot, tmp_path):
     yield win
     win.errors.close_all()
 
-
-def load(qtbot, win, spec: str, **kw):
-    """Load ``spec`` through the window (the real worker path) and return the ModelInfo."""
-    with qtbot.waitSignal(win.controller.modelLoaded, timeout=LOAD_TIMEOUT_MS) as blocker:
-        assert win.load(spec, device="cpu", **kw)
-    return blocker.args[0]
-
-
-def send(qtbot, win, text: str, max_new_tokens: int | None = None, policy: str | None = None, timeout=TURN_TIMEOUT_MS):
-    """Type ``text`` into the input box and press Enter, as a user would; return the TurnRecord."""
-    from PySide6 import QtCore
-
-    chat = win.chat
-    if max_new_tokens is not None:
-        chat.max_new.setValue(max_new_tokens)
-    if policy is not None:
-        chat.set_choice(chat.policy, policy)
-    chat.input.setPlainText(text)
-    with qtbot.waitSignal(win.controller.turnFinished, timeout=timeout) as blocker:
-        qtbot.keyClick(chat.input, QtCore.Qt.Key.Key_Return)
-    return blocker.args[0]

@@ -96,7 +96,7 @@ def conversation_tokens(ctx: TurnContext) -> int:
 
 
 def detect_turn(ctx: TurnContext, record) -> list[Event]:
-    events: list[Event] = layers_disagree(ctx)  # the snapshot checks the per-step grouping (issue 16)
+    events: list[Event] = layers_disagree(ctx)  # the snapshot checks the per-step grouping (cache/layer_groups.py)
     samples = ctx.samples
     step0 = ctx.first_step
     cached = [s for s in samples if s.cache_id]

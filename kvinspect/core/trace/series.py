@@ -267,6 +267,19 @@ class RecordSeries:
     def drop_layer(self, i: int) -> None:
         self._layers.pop(i, None)
 
+    def keep_layers(self, layers) -> None:
+        """Drop the per-layer series of every layer not in ``layers`` (the tokens lane's picks changed)."""
+        for i in [i for i in self._layers if i not in layers]:
+            del self._layers[i]
+
+    def column(self, name: str) -> np.ndarray | None:
+        """The record's column ``name`` as of the last :meth:`update` (None before one, or unknown)."""
+        return self._raw_views.get(name)
+
+    def curve_row(self, step: int) -> np.ndarray:
+        """The :attr:`curves` columns (``MEAN_SEEN``, ``RSS``, the stacked devices…) at one step, unbinned."""
+        return self._curve_raw.view[step]
+
     def device_columns(self) -> list[tuple[str, int]]:
         return [(name, FIXED + j) for j, name in enumerate(self.devices)]
 

@@ -4,7 +4,7 @@ Qt gives a button its text as a name, but a text area, a table, a spin box or a 
 none until one is set. The main window's controls are named here, in one table (attribute
 path → name, description); :func:`fill_missing` then names anything left from what a sighted
 user reads next to it (the button's text, its tooltip, its placeholder), so a control added
-later is never silent. tests/gui/test_desktop_conventions.py checks every control has both.
+later is never silent. tests/gui/windows/test_desktop_conventions.py checks every control has both.
 """
 
 from __future__ import annotations

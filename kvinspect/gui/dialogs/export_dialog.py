@@ -1,7 +1,7 @@
 """File → Export report… (Ctrl+E): where, redact or not, with the window's screenshot or not.
 
 Non-modal: the window keeps running (and tests never block on ``exec()``). The bundle is
-written off the GUI thread (:func:`.evidence.export_report`); when it is done the dialog
+written off the GUI thread (the window's ``export_report``, :func:`kvinspect.gui.base.save_export_copy.export_report`); when it is done the dialog
 lists what was written and offers to open the folder.
 """
 
@@ -108,7 +108,7 @@ class ExportDialog(QtWidgets.QDialog):
     def prepare(self) -> bool:
         """Describe what will be exported and propose a folder; False (and a dialog) when nothing can be."""
         try:
-            src = save_export_copy.current_source(self.win)
+            src = self.win.current_source()
         except KvInspectError as exc:
             self.win.errors.report("Export report", str(exc))
             return False
@@ -134,7 +134,7 @@ class ExportDialog(QtWidgets.QDialog):
             self.status.setText("Give a folder for the report.")
             return False
         try:
-            self.task = save_export_copy.export_report(self.win, path, redact=self.redact.isChecked(),
+            self.task = self.win.export_report(path, redact=self.redact.isChecked(),
                                                screenshot=self.screenshot.isChecked(), plots=self.plots.isChecked())
         except KvInspectError as exc:
             self.status.setText(html.escape(str(exc)))

@@ -8,10 +8,10 @@ window always had (``load``, ``fetch``, ``send``, ``new_chat``, ``check_configs`
 each call into a protocol request (docs/engine-protocol.md). Every signal is emitted on the GUI
 thread: the engine's lines arrive through :class:`~kvinspect.gui.engine_link.engine_process.EngineClient`'s QProcess.
 
-The trace is written here, on the window's side: each trace line the engine streams is appended
-verbatim to the autosave file (flushed on every line, fsync'ed on every ``turn`` line) and decoded
-into this window's own :class:`~kvinspect.core.trace.record.TraceRecord` by the decoder the trace
-reader uses (:class:`~kvinspect.core.trace.stream.RecordBuilder`). Nothing here imports torch.
+The trace is kept on the window's side by one :class:`~kvinspect.gui.engine_link.live_trace.LiveTrace`:
+each trace line the engine streams is decoded into this window's own record and appended verbatim
+to the autosave file. The controller routes the other lines (tokens, progress, replies) and turns
+them into signals. Nothing here imports torch.
 
 Stop is a message the engine checks between tokens; a second Stop, or no end of the turn within
 :data:`STOP_KILL_S`, kills the engine. Cancel of a load or fetch is a message checked between stages;
@@ -24,8 +24,6 @@ with the exit status or signal, and :meth:`restart` reloads the model in a new e
 from __future__ import annotations
 
 import logging
-import os
-import zlib
 
 from PySide6 import QtCore
 
@@ -33,6 +31,7 @@ from kvinspect.engine import protocol as P
 from kvinspect.engine.launch import engine_command
 from kvinspect.gui.engine_link.engine_process import EngineClient, EngineExit
 from kvinspect.gui.engine_link.engine_requests import CompareRequest, LoadRequest, ModelInfo, TurnRequest
+from kvinspect.gui.engine_link.live_trace import LiveTrace
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,6 @@ class SessionController(QtCore.QObject):
                  engine_cmd: list[str] | None = None):
         super().__init__(parent)
         self.session_options = session_options
-        self.autosave = autosave
         self.command = command  # the CLI line recorded in the trace header
         self.engine_cmd = list(engine_cmd) if engine_cmd else None  # None: engine_command() (this machine)
         self._local_cmd = self.engine_cmd  # what "this machine" means for use_engine()
@@ -78,16 +76,13 @@ class SessionController(QtCore.QObject):
         self.info: ModelInfo | None = None
         self.dead: str | None = None  # how the engine died, until a new one has loaded a model
         self.last_load: LoadRequest | None = None  # the model to reload on restart
-        self.trace_path: str | None = None
-        self.problems: list[str] = []  # stream lines this side could not decode
+        self.problems: list[str] = []  # what this side could not do (a restart to cancel)
         self._closed = False
         self.restart_pending = False  # Restart engine killed a busy engine: restart once its death is handled
         self._req: tuple[int, str] | None = None  # (id, task) of the request in flight
         self._pending_load: LoadRequest | None = None
         self._pending_turn: TurnRequest | None = None
-        self._builder = None  # RecordBuilder of the engine's current session
-        self.autosave_paused: str | None = None  # why the autosave stopped (a full disk), while it is
-        self._trace = None  # the autosave file (binary, append)
+        self.live = LiveTrace(autosave, on_paused=self.autosavePaused.emit)  # record + autosave of the session
         self._tokens: list[str] = []
         self._reply: list[str] = []  # the running turn's text so far (kept when the engine dies)
         self._stops = 0
@@ -141,7 +136,7 @@ class SessionController(QtCore.QObject):
             return True
         self.restart_pending = False
         self._drop_engine()
-        self._close_trace()
+        self.live.close()
         self.dead = None
         self._start_engine()
         if self.last_load is not None:
@@ -161,7 +156,7 @@ class SessionController(QtCore.QObject):
         if self.client is None:
             return False
         self._drop_engine()
-        self._close_trace(note=("engine_exit", {"reason": "the engine was ended to run on "
+        self.live.close(note=("engine_exit", {"reason": "the engine was ended to run on "
                                                           + (host or "this machine")}))
         self.info = None
         self.dead = None
@@ -263,7 +258,7 @@ class SessionController(QtCore.QObject):
         log.info("hard cancel of %s: restarting the engine", task)
         had_model = self.info is not None
         self._drop_engine()
-        self._close_trace(note=("engine_exit", {"reason": f"the engine was restarted to cancel a {task}"}))
+        self.live.close(note=("engine_exit", {"reason": f"the engine was restarted to cancel a {task}"}))
         self.info = None
         if had_model:
             self.problems.append(f"the engine was restarted to cancel a {task}: the model it held is unloaded")
@@ -285,7 +280,7 @@ class SessionController(QtCore.QObject):
         c = self.client
         if c is not None:
             c.shutdown(timeout_ms)
-        self._close_trace()
+        self.live.close()
 
     # -- replies --------------------------------------------------------------------------------------
     def _finish(self, signal, *args) -> None:
@@ -344,15 +339,15 @@ class SessionController(QtCore.QObject):
         elif kind == P.DONE:
             self._finish(None)
         elif kind == P.ERROR:
-            b = self._builder
-            if task == "load" and b is not None and b.ended and self.info is not None and self.info.record is b.record:
+            live = self.live
+            if task == "load" and live.ended and self.info is not None and self.info.record is live.record:
                 self.info = None  # the engine closed the old session before the new one failed to open
             self._finish(self.failed, task, str(obj.get("message") or f"{task} failed"))
         elif kind == P.CANCELLED:
             self._finish(self.cancelled, task)
 
     def _on_loaded(self, d: dict) -> None:
-        rec = self._builder.record if self._builder is not None else None
+        rec = self.live.record
         info = ModelInfo(spec=d.get("spec", ""), name=d.get("name", ""), cls=d.get("cls", ""),
                          device=d.get("device", ""), dtype=d.get("dtype", ""), n_layers=int(d.get("n_layers", 0)),
                          load_seconds=float(d.get("load_seconds") or 0.0), notes=list(d.get("notes") or []),
@@ -363,108 +358,23 @@ class SessionController(QtCore.QObject):
         self._finish(self.modelLoaded, info)
 
     def _on_turn_done(self, index: int) -> None:
-        rec = self._builder.record if self._builder is not None else None
+        rec = self.live.record
         if rec is None or not 0 <= index < len(rec.turns):
             self._finish(self.failed, "turn", "internal error: the engine finished a turn this window never saw")
             return
         self._pending_turn = None
         self._finish(self.turnFinished, rec.turns[index])
 
-    # -- the trace: this window's autosave and record ------------------------------------------------------
+    # -- the trace: this window's record and autosave (LiveTrace) ------------------------------------------
     def _trace_line(self, kind: str, obj: dict, raw: bytes) -> None:
-        from kvinspect.core.trace.messages import MessageError
-        from kvinspect.core.trace.stream import RecordBuilder
-        from kvinspect.core.trace.validate import LineDecoder
-
-        decoder = getattr(self, "_line_decoder", None) or LineDecoder()  # the one validating reader
-        self._line_decoder = decoder
-        try:
-            msg = decoder.decode(obj, len(raw))
-        except (MessageError, KeyError, ValueError, TypeError, zlib.error) as exc:
-            self.problems.append(f"a {kind} line from the engine is damaged: {exc}")
-            log.warning("%s", self.problems[-1])
-            return
-        if msg is None:
-            return
-        if kind == "header":
-            self._close_trace()
-            self._builder = RecordBuilder()
-            self._open_trace(obj)
-        if self._builder is None:
-            return
-        try:
-            self._builder.feed(msg)
-        except ValueError as exc:
-            log.warning("engine stream: %s", exc)
-            return
-        self._write_trace(raw, sync=kind == "turn")
-        if kind == "end":
-            self._close_trace()
-        elif kind == "turn_start" and not self._closed:
+        msg = self.live.feed_line(kind, obj, raw)
+        if msg is not None and kind == "turn_start" and not self._closed:
             self.turnStarted.emit(int(obj.get("index", 0)))
 
-    def _open_trace(self, header: dict) -> None:
-        self.trace_path = None
-        if not self.autosave:
-            return
-        from kvinspect.core.trace.autosave import autosave_path
-
-        model = header.get("model") or {}
-        path = None
-        try:  # the folder is made (and pruned) here too: a full disk fails at mkdir already
-            path = autosave_path(str(model.get("name") or model.get("spec") or "model"))
-            self._trace = path.open("wb")
-            self.trace_path = str(path)
-            self.autosave_paused = None
-        except OSError as exc:
-            self._trace = None
-            self._autosave_paused(f"autosave paused: cannot write {path or 'the autosave folder'}: "
-                                  f"{exc.strerror or exc}")
-
-    def _autosave_paused(self, message: str) -> None:
-        log.warning("%s", message)
-        self.autosave_paused = message
-        self.autosavePaused.emit(message)
-
-    def _write_trace(self, raw: bytes, sync: bool = False) -> None:
-        f = self._trace
-        if f is None:
-            return
-        try:
-            f.write(raw + b"\n")
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-        except OSError as exc:
-            self._trace = None
-            self._autosave_paused(f"autosave paused: {exc.strerror or exc}; the session goes on unsaved")
-
-    def _write_message(self, msg) -> None:
-        from kvinspect.core.trace.messages import dumps
-
-        self._write_trace(dumps(msg).encode("utf-8"), sync=True)
-
-    def _close_trace(self, note: tuple[str, object] | None = None) -> None:
-        """Close the autosave; a session the engine never ended gets a note and an ``end`` line from here."""
-        f, self._trace = self._trace, None
-        if f is None:
-            return
-        b = self._builder
-        if b is not None and b.record is not None and not b.ended:
-            from kvinspect.core.trace.messages import End, Note
-
-            self._trace = f
-            if note is not None:
-                self._write_message(Note(*note))
-                b.feed(Note(*note))
-            rec = b.record
-            self._write_message(End(rec.n_steps, len(rec.turns)))
-            b.ended = True
-            self._trace = None
-        try:
-            f.close()
-        except OSError:
-            pass
+    @property
+    def trace_path(self) -> str | None:
+        """This session's autosave file (None when autosave is off or could not start)."""
+        return self.live.path
 
     # -- death ----------------------------------------------------------------------------------------
     def _on_exited(self, client: EngineClient, ex: EngineExit) -> None:
@@ -473,7 +383,7 @@ class SessionController(QtCore.QObject):
         self.client = None
         client.deleteLater()
         if ex.expected or self._closed:
-            self._close_trace()
+            self.live.close()
             return
         why = ex.message
         self.dead = why
@@ -481,7 +391,7 @@ class SessionController(QtCore.QObject):
         task = self.busy
         if task == "turn":
             turn = self._fail_running_turn(why)
-        self._close_trace(note=("engine_exit", {"reason": why, "status": ex.code, "signal": ex.signal}))
+        self.live.close(note=("engine_exit", {"reason": why, "status": ex.code, "signal": ex.signal}))
         self.engineState.emit("dead")
         if task == "turn":
             self._finish(self.turnFinished, turn)
@@ -497,11 +407,8 @@ class SessionController(QtCore.QObject):
         from kvinspect.core.trace.messages import EventMsg, Turn
         from kvinspect.core.trace.record import TraceRecord, TurnRecord
 
-        if self._builder is None or self._builder.record is None:
-            self._builder = None
-            rec = TraceRecord(0, {})
-        else:
-            rec = self._builder.record
+        live_rec = self.live.record
+        rec = live_rec if live_rec is not None else TraceRecord(0, {})
         req = self._pending_turn
         with rec.lock:
             turn = rec.turns[-1] if rec.turns and rec.turns[-1].status == "running" else None
@@ -523,9 +430,11 @@ class SessionController(QtCore.QObject):
                    "Chat → Restart engine reloads the model in a new engine and continues with a new chat; "
                    "every finished turn is kept, here and in the autosave.",
                    data={"engine_exit": why})
-        rec.add_event(ev)
-        rec.add_turn(turn)
-        self._write_message(EventMsg(ev))
-        self._write_message(Turn(turn))
+        if live_rec is None:  # no session to keep it in: the turn is only shown
+            rec.add_event(ev)
+            rec.add_turn(turn)
+        else:
+            self.live.append(EventMsg(ev))
+            self.live.append(Turn(turn))
         self._pending_turn = None
         return turn

@@ -76,7 +76,7 @@ class LaneAxis(pg.AxisItem):
       pyqtgraph re-sets it on every range change of an axis with an SI prefix;
     * ``generateDrawSpecs`` gives pyqtgraph's specs without its per-tick ``Point`` objects and
       per-label ``boundingRect()`` calls: it was three quarters of an axis' repaint, and a range
-      change repaints three axes (tests/gui/test_plots.py compares the two).
+      change repaints three axes (tests/gui/lanes/test_lanes_widget.py compares the two).
     """
 
     def tickValues(self, minVal, maxVal, size):

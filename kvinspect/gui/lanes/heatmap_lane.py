@@ -61,7 +61,7 @@ class HeatmapLane:
         self._no_token_span = (x0, width)
         for k, item in self.no_tokens.items():
             rows = self._no_token_rows.get(k, [])
-            if rows or item._rects:  # (most models have neither kind: nothing to key or repaint)
+            if rows or item.rects:  # (most models have neither kind: nothing to key or repaint)
                 item.set_rects([QtCore.QRectF(x0, i, width, 1) for i in rows])
 
     def reset(self, record) -> None:

@@ -293,9 +293,7 @@ class PlotsWidget(QtWidgets.QWidget):
             return
         n = self.record.n_layers
         self.picked = sorted({i for i in layers if 0 <= i < n})[:MAX_PICKED]
-        for i in list(self.series._layers):
-            if i not in self.picked:
-                self.series.drop_layer(i)
+        self.series.keep_layers(self.picked)
         self.tokens.set_picked(self.record, self.picked)
         self._rebuild_pick_menu()
         self._stamp = None
@@ -487,7 +485,7 @@ class PlotsWidget(QtWidgets.QWidget):
             if not 0 <= layer < self.record.n_layers:
                 return f"step {step:,}"
             return self.describe_cell(step, layer)
-        row = self.series._curve_raw.view[step]
+        row = self.series.curve_row(step)
         if p is self.tokens.plot:
             return f"step {step:,} · seen {row[MEAN_SEEN]:.0f} · stored (mean of layers) {row[MEAN_STORED]:.1f}"
         parts, below = [], 0.0

@@ -67,7 +67,7 @@ class MemoryLane:
         for item in (self.rss, self.alloc, self.reserved, self.peaks):
             self.vb2.addItem(item)
             self.legend.addItem(item, item.name())
-        # memory_retained events (issue 14): KV bytes another object keeps alive, on the KV axis, per turn.
+        # memory_retained events: KV bytes another object keeps alive, on the KV axis, per turn.
         dotted = QtCore.Qt.PenStyle.DotLine
         self.retained = Curve(pg.mkPen(th.STATUS_COLORS["warn"], width=2, style=dotted),
                               connect="pairs", name="KV retained elsewhere")

@@ -15,7 +15,7 @@ def region_spans(record, series: RecordSeries, kinds=("window_reached", "chunk_r
     ``memo`` (one dict per view, kept between frames) remembers how far each event's cache
     object was already followed, so a live frame scans only the new steps, not the whole run.
     """
-    cid = series._raw_views.get("cache_id") if series._raw_views else None
+    cid = series.column("cache_id")
     n = series.n
     memo = {} if memo is None else memo
     out = []

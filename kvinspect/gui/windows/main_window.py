@@ -34,7 +34,7 @@ from kvinspect.gui.panels.events_panel import EventsPanel
 from kvinspect.gui.panels.find_box import FindBox, find_in
 from kvinspect.gui.panels.layer_table import LayerTable
 from kvinspect.gui.panels.tokens_panel import TokensPanel
-from kvinspect.gui.windows.menus import build_menus
+from kvinspect.gui.windows.menus import build_menus, make_action
 from kvinspect.gui.windows.trace_actions import TraceActions, is_trace_path
 from kvinspect.gui.windows.trace_modes import TraceViewer
 
@@ -120,11 +120,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         tb = self.addToolBar("Model")
         tb.setObjectName("model-toolbar")
         tb.setMovable(False)
-        self.load_action = QtGui.QAction("&Load model…", self)
-        self.load_action.setShortcut(QtGui.QKeySequence("Ctrl+L"))
-        self.load_action.setToolTip("Pick a built-in, SmolLM2, a hub id, a folder or a .gguf file (Ctrl+L)")
-        self.load_action.triggered.connect(lambda: self.open_picker())
-        tb.addAction(self.load_action)
+        load = make_action(self, "load")
+        tb.addAction(load)
         self.model_label = QtWidgets.QLabel("no model loaded")
         self.model_label.setTextFormat(QtCore.Qt.TextFormat.RichText)
         self.model_label.setContentsMargins(8, 0, 8, 0)
@@ -159,7 +156,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         sb.addPermanentWidget(self.restart_button)
         sb.addPermanentWidget(self.steps_label)
         sb.addPermanentWidget(self.trace_label)
-        build_menus(self)
+        self.commands, self.menus = build_menus(self, {"load": load}, (self.chat_dock, self.events_dock,
+                                                                         self.check_dock, self.layers_dock))
         from kvinspect.gui.base.accessibility import describe_window
 
         describe_window(self)
@@ -198,6 +196,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.layers.copyRequested.connect(self.copy_layers)
         self.plots.loadRequested.connect(lambda: self.open_picker())
         self.viewer.opened.connect(self._remember_trace)
+        self.viewer.modeChanged.connect(self._update_state)
         hints = QtGui.QGuiApplication.styleHints()
         if hasattr(hints, "colorSchemeChanged"):  # Qt >= 6.5: the desktop switched light/dark
             # A bound method, not a lambda: Qt drops the connection with the window (tests make many).
@@ -371,7 +370,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.viewer.bar.apply_theme(t)
         if self.compare_window is not None:
             self.compare_window.apply_theme(t)
-        self.theme_actions[name].setChecked(True)
+        self.commands[f"theme_{name}"].setChecked(True)
         self.settings.theme = name
         self.refresh(force=True)
 
@@ -388,7 +387,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
 
     def toggle_full_screen(self) -> None:
         self.setWindowState(self.windowState() ^ QtCore.Qt.WindowState.WindowFullScreen)
-        self.full_screen_action.setChecked(self.isFullScreen())
+        self.commands["full_screen"].setChecked(self.isFullScreen())
 
     def show_find(self) -> None:
         self.find_box_action.setVisible(True)
@@ -486,7 +485,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.trace_label.setToolTip(info.trace_path or "")
         self.statusBar().showMessage(f"{info.name} ready", 5000)
         if getattr(self.controller, "autosave_paused", None):  # a full disk: the warning stays in view
-            self._show_autosave_paused(self.controller.autosave_paused)
+            self._show_autosave_paused(self.controller.live.paused)
         if self.settings.picked_layers and info.spec == self.settings.model:
             self.plots.set_picked(self.settings.picked_layers)  # the same model as last time: same curves
         if self._last_request is not None:
@@ -581,12 +580,12 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         alive = self.controller.dead is None
         self.chat.set_state(loaded=self.info is not None and alive, busy=bool(busy), generating=busy == "turn")
         self.plots.growing = (busy == "turn" and not viewing) or (viewing == "follow" and self.viewer.step is None)
-        self.load_action.setEnabled(not busy)
-        self.stop_action.setEnabled(busy == "turn")  # Esc stops the live turn even while a trace is shown
-        self.new_chat_action.setEnabled(self.info is not None and alive and not busy and not viewing)
-        self.restart_action.setEnabled(not self._closed)
-        self.back_action.setEnabled(bool(viewing))
-        self.compare_action.setEnabled(self.info is not None and alive and busy in ("", "check", "compare"))
+        self.commands["load"].setEnabled(not busy)
+        self.commands["stop"].setEnabled(busy == "turn")  # Esc stops the live turn even while a trace is shown
+        self.commands["new_chat"].setEnabled(self.info is not None and alive and not busy and not viewing)
+        self.commands["restart"].setEnabled(not self._closed)
+        self.commands["back"].setEnabled(bool(viewing))
+        self.commands["compare"].setEnabled(self.info is not None and alive and busy in ("", "check", "compare"))
         if busy == "compare":  # say why the chat waits, for as long as it waits
             self.statusBar().showMessage("comparing configurations (Tools → Compare): the chat waits until it ends")
 

@@ -50,7 +50,7 @@ class TraceActions:
     def save_trace(self, path: str | None = None):
         """Write the trace on screen (File → Save trace…): a job; ``done(Path)`` when written."""
         try:
-            src = save_export_copy.current_source(self)
+            src = self.current_source()
         except KvInspectError as exc:
             self.errors.report("Save trace", str(exc))
             return None
@@ -59,7 +59,7 @@ class TraceActions:
                                                             "kvinspect traces (*.jsonl)")
             if not path:
                 return None
-        task = save_export_copy.save_trace(self, path)
+        task = save_export_copy.save_trace(src, path, jobs=self, parent=self)
         task.done.connect(lambda p: self.statusBar().showMessage(f"trace saved to {p}", 8000))
         task.failed.connect(lambda msg: self.errors.report("Save trace", msg))
         return task
@@ -76,21 +76,78 @@ class TraceActions:
         self.export_dialog.raise_()
         return self.export_dialog
 
-    def _copy(self, fn, *args) -> str | None:
+    def export_report(self, out_dir, *, redact: bool = False, screenshot: bool = True, plots: bool = True):
+        """The bug-report bundle of what is on screen (a job; raises KvInspectError when there is nothing).
+
+        The screenshot is grabbed here, on the GUI thread, before the job starts."""
+        src = self.current_source()
+        png = self.screenshot_png() if screenshot else None
+        return save_export_copy.export_report(src, out_dir, jobs=self, parent=self, redact=redact, screenshot=png,
+                                              plots=plots)
+
+    def current_source(self) -> save_export_copy.Source:
+        """The record on screen and where it came from; raises KvInspectError when there is nothing to save."""
+        v = self.viewer
+        if v.mode and v.record is not None:
+            return save_export_copy.Source(v.record, v.exact_file, v.path.name if v.path else "trace", False,
+                                           save_export_copy.slug(((v.record.header.get("model") or {}).get("name"))
+                                                                 or "trace"))
+        if self.info is None or self.info.record is None:
+            raise KvInspectError("nothing to save yet: load a model and chat, or open a trace (File → Open trace…)")
+        if self.controller.busy == "turn":
+            raise KvInspectError("a turn is running: wait for it to finish (or stop it, Esc), then save or export")
+        return save_export_copy.Source(self.info.record, None, f"live session ({self.info.name})", True,
+                                       save_export_copy.slug(self.info.name))
+
+    def screenshot_png(self) -> bytes:
+        """The window as PNG bytes, rendered up to date first (UI thread only)."""
+        from PySide6 import QtCore
+
+        self.refresh(force=True)
+        QtWidgets.QApplication.processEvents()
+        self.refresh(force=True)
+        buf = QtCore.QBuffer()
+        buf.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
+        self.grab().toImage().save(buf, "PNG")
+        return bytes(buf.data())
+
+    # save_export_copy.EvidenceJobs: while a job reads the record, no new turn (live) / no poll (follow)
+    def job_started(self, task, source) -> None:
+        self.tasks.append(task)
+        if source.live:
+            self.evidence_jobs += 1
+        else:
+            self.viewer.pause(True)
+
+    def job_ended(self, task, source) -> None:
+        if source.live:
+            self.evidence_jobs -= 1
+        else:
+            self.viewer.pause(False)
+        if task in self.tasks:
+            self.tasks.remove(task)
+
+    def _copy(self, make, *args) -> str | None:
         try:
-            return fn(self, *args)
+            text, what = make(*args)
         except KvInspectError as exc:
             self.errors.report("Copy as Markdown", str(exc))
             return None
+        QtWidgets.QApplication.clipboard().setText(text)
+        self.statusBar().showMessage(f"copied {what} as Markdown", 4000)
+        return text
 
     def copy_turns(self) -> str | None:
-        return self._copy(save_export_copy.copy_turns)
+        return self._copy(save_export_copy.turns_text, self.record)
 
     def copy_layers(self) -> str | None:
-        return self._copy(save_export_copy.copy_layers)
+        """The per-layer table at the step shown (the replay step, or the latest)."""
+        return self._copy(save_export_copy.layers_text, self.record, self.step)
 
     def copy_event(self, index: int | None = None) -> str | None:
-        return self._copy(save_export_copy.copy_event, index)
+        """One event's explanation (the selected one by default)."""
+        return self._copy(save_export_copy.event_text, self.record,
+                          self.events.selected_index() if index is None else index)
 
     def open_compare(self):
         """Tools → Compare configurations… (Ctrl+K) for the loaded model."""

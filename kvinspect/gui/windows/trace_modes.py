@@ -45,7 +45,7 @@ class TraceViewer(QtCore.QObject):
     opened = QtCore.Signal(str)  # a trace file is on screen (view mode)
     openFailed = QtCore.Signal(str)  # one-line reason (also shown in a dialog)
     followPolled = QtCore.Signal(object)  # FollowStatus, after every poll (GUI thread)
-    modeChanged = QtCore.Signal(str)
+    modeChanged = QtCore.Signal(str)  # "", "view" or "follow": the window's actions and status follow it
 
     def __init__(self, win):
         super().__init__(win)
@@ -208,7 +208,6 @@ class TraceViewer(QtCore.QObject):
     def back_to_live(self) -> None:
         """Leave the trace: the window's own session (or the empty start page) again."""
         self._stop_follower()
-        was = self.mode
         self.mode = ""
         self.record = self.path = self.target = self.exact_file = None
         self.step = None
@@ -219,10 +218,8 @@ class TraceViewer(QtCore.QObject):
         w.plots.set_empty_message(None)
         w.set_record(w.info.record if w.info is not None else None, None)
         w.plots.set_follow(True)
-        w._update_state()
+        self.modeChanged.emit("")  # the window updates its actions and status from it
         self._title()
-        if was:
-            self.modeChanged.emit("")
 
     def update(self) -> None:
         """Bring the bar and the conversation up to date (the window's tick calls this ~10 times a second)."""
@@ -264,10 +261,9 @@ class TraceViewer(QtCore.QObject):
         else:
             w.plots.set_empty_message(None)
         w.set_record(self.record, self.step)
-        w._update_state()
+        self.modeChanged.emit(mode)  # the window updates its actions and status from it
         self._title()
         self.update()
-        self.modeChanged.emit(mode)
 
     def _stop_follower(self) -> None:
         if self.follower is not None:

@@ -24,8 +24,7 @@ from kvinspect.core.tokens.states import (
 )
 from kvinspect.core.trace.redact import redact_record
 from kvinspect.gui.panels.tokens_panel import DUP_COLOR, STATE_COLORS, TokensPanel, tooltip
-
-from ..core.test_tokens import QWEN3, session_for
+from tests.core.test_tokens import QWEN3, session_for
 
 CASES = {
     "evicted": ("tiny-gemma3", "reuse", {}),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from PySide6 import QtCore
 
-from .conftest import TURN_TIMEOUT_MS, load
+from tests.gui.helpers import TURN_TIMEOUT_MS, load
 
 BEATS, PAINTS, GROWTH = 10, 5, 5
 

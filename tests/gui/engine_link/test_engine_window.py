@@ -21,10 +21,8 @@ import pytest
 
 from kvinspect.core.detect.events import TURN_FAILED
 from kvinspect.core.trace.tracefile import read_trace
+from tests.gui.helpers import LOAD_TIMEOUT_MS, ROOT, TURN_TIMEOUT_MS, cli_env, load, send
 
-from .conftest import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
-
-ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "engine" / "fake_engine.py"
 
 
@@ -141,9 +139,7 @@ def run_gui(tmp_path):
     started = []
 
     def run(args, env=None):
-        e = dict(os.environ)
-        e.update(KVINSPECT_CONFIG_DIR=str(tmp_path / "config"), KVINSPECT_DATA_DIR=str(tmp_path / "data"),
-                 HF_HUB_OFFLINE="1", **(env or {}))
+        e = cli_env(tmp_path, **(env or {}))
         p = subprocess.Popen([sys.executable, "-m", "kvinspect", "gui", *args], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
         started.append(p)
@@ -210,7 +206,7 @@ def test_a_mismatched_engine_is_refused_with_both_versions(qtbot, make_window):
     task, message = blocker.args
     assert task == "load" and "protocol 999" in message and "9.9.9" in message
     assert f"protocol {PROTOCOL_VERSION}" in message and "\n" not in message
-    assert win.controller.dead and win.isVisible() and win.load_action.isEnabled()
+    assert win.controller.dead and win.isVisible() and win.commands["load"].isEnabled()
 
 
 def test_a_second_stop_kills_an_engine_that_ignores_stop(qtbot, make_window):
@@ -245,7 +241,7 @@ def test_cancel_kills_a_load_that_cannot_be_cancelled(qtbot, make_window, monkey
     # The hard cancel: that engine is gone, an empty one took its place; no error, nothing marked dead.
     assert win.controller.engine_pid not in (None, first) and win.controller.dead is None
     assert _gone(first)
-    assert win.errors.messages == [] and not win.cancel_button.isVisible() and win.load_action.isEnabled()
+    assert win.errors.messages == [] and not win.cancel_button.isVisible() and win.commands["load"].isEnabled()
 
 
 def test_a_silent_engine_is_told_from_a_busy_one(qtbot, make_window, monkeypatch):

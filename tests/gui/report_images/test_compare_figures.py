@@ -13,8 +13,7 @@ from kvinspect.core.compare.report import build_report, write_report
 from kvinspect.core.compare.run import ComparePlan, run_compare
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.gui.report_images import compare_figures
-
-from ..conftest import load_cached
+from tests.conftest import load_cached
 
 
 @pytest.fixture(scope="module")

@@ -11,23 +11,16 @@ import json
 import pytest
 from PySide6 import QtGui
 
-from kvinspect.core.session.runner import run_script
-from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
-
-from ..conftest import load_cached
-from .conftest import load, send
+from tests.gui.helpers import headless_run, load, open_trace, send
 
 EXPORT_TIMEOUT_MS = 180_000
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run")
-    script = ChatScript(turns=["First question about caches, long enough to pass the window.", "Second one?"],
-                        settings=GenerationSettings(max_new_tokens=30))
-    run_script(load_cached("tiny-mistral"), script, out)
-    return out
+    turns = ["First question about caches, long enough to pass the window.", "Second one?"]
+    return headless_run(tmp_path_factory.mktemp("run"), "tiny-mistral", turns, max_new_tokens=30)
 
 
 def export(qtbot, win, folder, redact=False, screenshot=True):
@@ -43,8 +36,7 @@ def export(qtbot, win, folder, redact=False, screenshot=True):
 
 
 def test_export_an_opened_trace_with_screenshot(qtbot, window, run_dir, tmp_path):
-    with qtbot.waitSignal(window.viewer.opened, timeout=60_000):
-        window.open_trace(str(run_dir))
+    open_trace(qtbot, window, run_dir)
     window.viewer.set_step(window.record.n_steps // 2)
     dlg, res = export(qtbot, window, tmp_path / "bundle")
     out = tmp_path / "bundle"

@@ -12,10 +12,10 @@ import pyqtgraph as pg
 import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from redraw import synthetic_record  # noqa: E402
 
-from .shown_plots import plots_showing  # noqa: E402
+from tests.gui.helpers import plots_showing  # noqa: E402
 
 NO_CACHE = QtWidgets.QGraphicsItem.CacheMode.NoCache
 # Every symbol the event kinds use, two sizes, spots close enough to overlap, some outside the view.

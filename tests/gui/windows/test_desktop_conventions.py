@@ -1,45 +1,36 @@
-"""Desktop conventions (issue 19): standard shortcuts, mnemonics, accessible names, the system theme, recent traces."""
+"""Desktop conventions: standard shortcuts, mnemonics, accessible names, the system theme, recent traces."""
 
 from __future__ import annotations
 
 import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.settings import Settings, load_settings, save_settings
-
-from ..conftest import load_cached
+from tests.conftest import load_cached
+from tests.gui.helpers import headless_run, open_trace
 
 SK = QtGui.QKeySequence.StandardKey
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run")
     turns = ["Hello there, what does the cache hold?", "and now?"]
-    run_script(load_cached("tiny-llama"), ChatScript(turns=turns, settings=GenerationSettings(max_new_tokens=24)), out)
-    return out
-
-
-def _open(qtbot, win, path):
-    with qtbot.waitSignal(win.viewer.opened, timeout=60_000):
-        assert win.open_trace(str(path)) is not None
-    win.refresh(force=True)
+    return headless_run(tmp_path_factory.mktemp("run"), "tiny-llama", turns, max_new_tokens=24)
 
 
 def test_standard_shortcuts_are_the_platforms(window):
-    wanted = {"open_action": SK.Open, "save_action": SK.Save, "quit_action": SK.Quit, "find_action": SK.Find,
-              "find_next_action": SK.FindNext, "zoom_in_action": SK.ZoomIn, "zoom_out_action": SK.ZoomOut,
-              "full_screen_action": SK.FullScreen, "new_chat_action": SK.New}
+    wanted = {"open": SK.Open, "save": SK.Save, "quit": SK.Quit, "find": SK.Find,
+              "find_next": SK.FindNext, "zoom_in": SK.ZoomIn, "zoom_out": SK.ZoomOut,
+              "full_screen": SK.FullScreen, "new_chat": SK.New}
     for attr, key in wanted.items():
-        action = getattr(window, attr)
+        action = window.commands[attr]
         platform = QtGui.QKeySequence.keyBindings(key)
         assert action.shortcuts(), attr
         if platform:  # where the platform names keys for it, those first
             assert action.shortcuts()[:len(platform)] == platform, attr
-    assert "Ctrl+Q" in [k.toString() for k in window.quit_action.shortcuts()]
-    assert window.zoom_reset_action.shortcut().toString() == "Ctrl+0"
+    assert "Ctrl+Q" in [k.toString() for k in window.commands["quit"].shortcuts()]
+    assert window.commands["zoom_reset"].shortcut().toString() == "Ctrl+0"
     # No two actions of the window share a key: an ambiguous shortcut fires neither.
     seen: dict[str, str] = {}
     for a in window.findChildren(QtGui.QAction):
@@ -48,39 +39,39 @@ def test_standard_shortcuts_are_the_platforms(window):
 
 
 def test_zoom_and_full_screen_act_on_the_window(qtbot, window, run_dir):
-    _open(qtbot, window, run_dir)
+    open_trace(qtbot, window, run_dir)
     vb = window.plots.heat.plot.getViewBox()
     (a, b), _ = vb.viewRange()
-    window.zoom_in_action.trigger()
+    window.commands["zoom_in"].trigger()
     (a1, b1), _ = vb.viewRange()
     assert b1 - a1 == pytest.approx((b - a) / 2, rel=0.05) and not window.plots.follow
-    window.zoom_out_action.trigger()
-    window.zoom_out_action.trigger()
+    window.commands["zoom_out"].trigger()
+    window.commands["zoom_out"].trigger()
     (a2, b2), _ = vb.viewRange()
     assert b2 - a2 == pytest.approx((b - a) * 2, rel=0.05)
-    window.zoom_reset_action.trigger()
+    window.commands["zoom_reset"].trigger()
     assert window.plots.follow
-    window.full_screen_action.trigger()
+    window.commands["full_screen"].trigger()
     qtbot.waitUntil(lambda: window.isFullScreen())
-    assert window.full_screen_action.isChecked()
-    window.full_screen_action.trigger()
+    assert window.commands["full_screen"].isChecked()
+    window.commands["full_screen"].trigger()
     qtbot.waitUntil(lambda: not window.isFullScreen())
-    assert not window.full_screen_action.isChecked()
+    assert not window.commands["full_screen"].isChecked()
 
 
 def test_find_selects_text_in_the_conversation(qtbot, window):
     window.chat.add_note("the cache keeps every token; the window keeps the last ones")
-    window.find_action.trigger()
+    window.commands["find"].trigger()
     qtbot.waitUntil(lambda: window.find_box.isVisible())
     assert window.find_box.hasFocus() or not window.isActiveWindow()
     assert window.find_text("keeps")
     first = window.chat.transcript.textCursor().selectionStart()
     assert window.chat.transcript.textCursor().selectedText() == "keeps"
     window.find_box.setText("keeps")
-    window.find_next_action.trigger()
+    window.commands["find_next"].trigger()
     second = window.chat.transcript.textCursor().selectionStart()
     assert second > first
-    window.find_next_action.trigger()  # wraps around to the first match
+    window.commands["find_next"].trigger()  # wraps around to the first match
     assert window.chat.transcript.textCursor().selectionStart() == first
     assert not window.find_text("not in there at all")
     qtbot.keyClick(window.find_box, QtCore.Qt.Key.Key_Escape)
@@ -115,7 +106,7 @@ def test_every_menu_and_item_has_a_mnemonic_unique_in_its_menu(window):
 def test_every_control_and_plot_has_an_accessible_name_and_description(qtbot, window, run_dir):
     from kvinspect.gui.base.accessibility import is_control
 
-    _open(qtbot, window, run_dir)  # the replay bar's controls too
+    open_trace(qtbot, window, run_dir)  # the replay bar's controls too
     picker = window.open_picker()
     for root in (window, picker):
         controls = [w for w in root.findChildren(QtWidgets.QWidget) if is_control(w)]
@@ -135,30 +126,30 @@ def test_follow_the_system_theme_is_the_default(qtbot, window, monkeypatch):
     from kvinspect.gui.base import theme as th
 
     assert Settings().theme == "system"
-    assert window.settings.theme == "system" and window.theme_actions["system"].isChecked()
+    assert window.settings.theme == "system" and window.commands["theme_system"].isChecked()
     monkeypatch.setattr(th, "system_scheme", lambda: "light")
     QtGui.QGuiApplication.styleHints().colorSchemeChanged.emit(QtCore.Qt.ColorScheme.Light)
     assert window.plots._theme.name == "light" and window.settings.theme == "system"
     assert QtWidgets.QApplication.palette().color(QtGui.QPalette.ColorRole.Window).name() == th.LIGHT.window.lower()
-    window.theme_actions["dark"].trigger()  # a pinned theme ignores the desktop
+    window.commands["theme_dark"].trigger()  # a pinned theme ignores the desktop
     QtGui.QGuiApplication.styleHints().colorSchemeChanged.emit(QtCore.Qt.ColorScheme.Light)
     assert window.plots._theme.name == "dark" and window.settings.theme == "dark"
-    window.theme_actions["system"].trigger()
+    window.commands["theme_system"].trigger()
     assert window.plots._theme.name == "light" and window.settings.theme == "system"
     window.set_theme("dark")
 
 
 def test_recent_traces_menu_opens_and_is_remembered(qtbot, window, run_dir, tmp_path):
-    from kvinspect.gui.windows.menus import fill_recent_menu
+    from kvinspect.gui.windows.menus import fill_submenu
 
-    assert fill_recent_menu(window) == []  # nothing yet: one disabled line
-    assert not window.recent_menu.actions()[0].isEnabled()
-    _open(qtbot, window, run_dir)
+    assert fill_submenu(window, "recent") == []  # nothing yet: one disabled line
+    assert not window.menus["recent"].actions()[0].isEnabled()
+    open_trace(qtbot, window, run_dir)
     trace = str((run_dir / "trace.jsonl").resolve())
     assert window.settings.recent_traces == [trace]
     gone = str(tmp_path / "moved" / "trace.jsonl")
     window.settings.recent_traces.append(gone)
-    actions = fill_recent_menu(window)
+    actions = fill_submenu(window, "recent")
     assert [a.toolTip() for a in actions] == [trace]  # a trace that no longer exists is not offered
     window.back_to_live()
     with qtbot.waitSignal(window.viewer.opened, timeout=60_000) as blocker:
@@ -174,7 +165,7 @@ def test_recent_traces_menu_opens_and_is_remembered(qtbot, window, run_dir, tmp_
     assert len(again) == 10 and again[0].endswith("t3.jsonl") and again[1].endswith("t14.jsonl")
     assert len(set(again)) == 10
     window.clear_recent_traces()
-    assert fill_recent_menu(window) == []
+    assert fill_submenu(window, "recent") == []
 
 
 # -- the other windows and dialogs: every control and plot named, mnemonics that reach a control ----------------
@@ -225,7 +216,7 @@ def test_follow_dialog_is_named(qtbot, window):
 
 
 def test_export_dialog_is_named(qtbot, window, run_dir):
-    _open(qtbot, window, run_dir)
+    open_trace(qtbot, window, run_dir)
     dlg = window.export_report_dialog()
     assert dlg is not None
     qtbot.waitExposed(dlg)

@@ -9,8 +9,7 @@ from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
-
-from .conftest import load, send
+from tests.gui.helpers import load, open_trace, send
 
 pytestmark = pytest.mark.smollm2
 TIMEOUT_MS = 300_000
@@ -21,8 +20,7 @@ def test_smollm2_view_replay_export_and_follow(qtbot, window, smollm2, tmp_path)
     run_script(smollm2, ChatScript(turns=["What is the capital of France?", "And of Italy?"],
                                    settings=GenerationSettings(max_new_tokens=10)), run)
     rec = read_trace(run)
-    with qtbot.waitSignal(window.viewer.opened, timeout=60_000):
-        window.open_trace(str(run))
+    open_trace(qtbot, window, run)
     k = rec.turns[1].first_step + 2
     window.viewer.bar.slider.setValue(k)
     window.refresh(force=True)

@@ -8,23 +8,15 @@ the record itself (``layer_table_at``, the step series), read separately with ``
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvinspect.core.session.runner import run_script
-from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
+from tests.gui.helpers import headless_run, load, open_trace, run_cli, send
 
-from ..conftest import load_cached
-from .conftest import load, send
-
-ROOT = Path(__file__).resolve().parents[2]
 TURNS = ["Hello! What does a KV cache store? Tell me everything.", "Why does a sliding window stop growing?",
          "And the full layer?"]
 
@@ -32,15 +24,7 @@ TURNS = ["Hello! What does a KV cache store? Tell me everything.", "Why does a s
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A 3-turn headless run on the hybrid tiny-gemma3 (window 96: turn 2 passes it)."""
-    out = tmp_path_factory.mktemp("run")
-    run_script(load_cached("tiny-gemma3"), ChatScript(turns=TURNS, settings=GenerationSettings(max_new_tokens=40)), out)
-    return out
-
-
-def open_trace(qtbot, win, path, timeout=60_000):
-    with qtbot.waitSignal(win.viewer.opened, timeout=timeout):
-        assert win.open_trace(str(path)) is not None
-    win.refresh(force=True)
+    return headless_run(tmp_path_factory.mktemp("run"), "tiny-gemma3", TURNS, max_new_tokens=40)
 
 
 def open_fails(qtbot, win, path) -> str:
@@ -113,7 +97,7 @@ def test_viewing_keeps_the_live_session_and_back_restores_it(qtbot, window, run_
     live = window.record
     open_trace(qtbot, window, run_dir / "trace.jsonl")
     assert window.record is not live and not window.chat.send_button.isEnabled()
-    assert not window.new_chat_action.isEnabled() and window.back_action.isEnabled()
+    assert not window.commands["new_chat"].isEnabled() and window.commands["back"].isEnabled()
     assert window.send(window.chat.request("not allowed")) is False
     window.errors.close_all()
     window.back_to_live()
@@ -215,12 +199,12 @@ def test_copy_markdown_to_the_clipboard(qtbot, window, run_dir):
     open_trace(qtbot, window, run_dir)
     rec = window.record
     clip = QtWidgets.QApplication.clipboard()
-    window.copy_turns_action.trigger()
+    window.commands["copy_turns"].trigger()
     assert clip.text() == turns_markdown(rec) and clip.text().startswith("| Turn | Status |")
     assert clip.text().count("\n") == 1 + len(rec.turns)
     k = rec.turns[1].first_step + 3
     window.viewer.set_step(k)
-    window.copy_layers_action.trigger()
+    window.commands["copy_layers"].trigger()
     assert clip.text() == layer_table_markdown(rec, k) and f"**Layers at step {k}**" in clip.text()
     # An event: the button under its explanation, and the row's context menu, copy the same Markdown.
     window.viewer.set_step(rec.n_steps - 1)
@@ -234,17 +218,12 @@ def test_copy_markdown_to_the_clipboard(qtbot, window, run_dir):
     want = event_markdown(rec.events[idx], rec)
     assert clip.text() == want and "window_reached" in want and "transformers" in want
     clip.clear()
-    window.copy_event_action.trigger()
+    window.commands["copy_event"].trigger()
     assert clip.text() == want
 
 
 def _cli(args, tmp_path, env_extra=None, timeout=120):
-    env = dict(os.environ)
-    env.update({"KVINSPECT_CONFIG_DIR": str(tmp_path / "config"), "KVINSPECT_DATA_DIR": str(tmp_path / "data"),
-                "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")})
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "kvinspect", "view", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=ROOT)
+    return run_cli(["view", *args], tmp_path, timeout=timeout, **(env_extra or {}))
 
 
 def test_view_cli_mistakes_exit_2_with_one_line(tmp_path, run_dir):
@@ -291,11 +270,11 @@ def test_open_viewer_entry_shows_the_record(qtbot, run_dir):
 
 
 def test_autosaved_sessions_menu_opens_one(qtbot, window):
-    from kvinspect.gui.windows.menus import fill_autosave_menu
+    from kvinspect.gui.windows.menus import fill_submenu
 
     load(qtbot, window, "tiny-llama")
     t = send(qtbot, window, "Autosaved as it runs.", max_new_tokens=5)
-    actions = fill_autosave_menu(window)
+    actions = fill_submenu(window, "autosave")
     mine = [a for a in actions if "this session" in a.text()]
     assert len(mine) == 1 and window.info.trace_path.split("/")[-1] in mine[0].text()
     with qtbot.waitSignal(window.viewer.opened, timeout=60_000):

@@ -13,10 +13,10 @@ import pytest
 
 from kvinspect.core.trace.series import MIN_COLUMNS, Pyramid
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from redraw import synthetic_record  # noqa: E402
 
-from .shown_plots import plots_showing  # noqa: E402
+from tests.gui.helpers import plots_showing  # noqa: E402
 
 
 def test_pyramid_is_exact_under_incremental_appends():
@@ -61,7 +61,7 @@ def test_big_record_is_decimated_to_the_plot_width(qtbot):
     assert len(w.heat.axis.colors) == 80
     # Markers for every event; one shaded region per contiguous run of sliding layers.
     assert len(w.markers.points()) == len(rec.events)
-    assert len(w.heat.regions._rects) == 14  # 80 layers, every 6th full → 14 sliding runs
+    assert len(w.heat.regions.rects) == 14  # 80 layers, every 6th full → 14 sliding runs
 
 
 def test_panels_render_a_record_without_a_session_at_a_replay_step(qtbot, window):
@@ -226,7 +226,7 @@ def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
             skipped += c._pending is not None
     assert skipped > redrawn > 0  # most frames compare a bin or two and draw nothing
     live = [(c._key_of()[1].copy(), c._key_of()[2].copy(), *(a.copy() for a in c.getData())) for c in curves()]
-    live_rects = [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions._rects]
+    live_rects = [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions.rects]
     (a, b), _ = w.heat.plot.getViewBox().viewRange()
     x, y = envelope(*w.series.curves.window(a, min(b, steps - 1), max(int(w.heat.plot.getViewBox().width()) // 2, 50)), 0)
     assert np.array_equal(live[0][2], x) and np.array_equal(live[0][3], y)
@@ -235,7 +235,7 @@ def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
         assert np.array_equal(c._key_of()[1], qx) and np.array_equal(c._key_of()[2], qy, equal_nan=True)
         cx, cy = c.getData()
         assert np.array_equal(cx, x) and np.array_equal(cy, y, equal_nan=True)
-    assert [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions._rects] == live_rects
+    assert [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions.rects] == live_rects
 
 
 def test_a_zoom_back_out_draws_what_a_fresh_redraw_draws(qtbot):

@@ -10,7 +10,7 @@ import pyqtgraph as pg
 import pytest
 from PySide6 import QtCore, QtGui
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from redraw import synthetic_record  # noqa: E402
 
 KINDS = ["sliding", "full", "state", "shared", "indexed", "chunked", "sliding", "full"]

@@ -13,8 +13,7 @@ from PySide6 import QtCore, QtWidgets
 
 from kvinspect.core.detect.events import CACHE_RECREATED, TURN_STOPPED, WINDOW_REACHED
 from kvinspect.gui.panels.layer_table import COLUMNS
-
-from .conftest import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
+from tests.gui.helpers import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
 
 
 def _events(win, kind):
@@ -101,7 +100,7 @@ def test_window_reached_is_highlighted_and_points_at_the_spot(qtbot, window):
     assert len(ev) == 1 and ev[0].layers == [0, 1, 2, 3]
     p = window.plots
     # A shaded region from the step the layers stopped growing, over exactly those layers.
-    rects = p.heat.regions._rects
+    rects = p.heat.regions.rects
     assert len(rects) == 1
     r = rects[0]
     assert r.left() == ev[0].step and r.top() == 0 and r.bottom() == 4 and r.right() >= window.record.n_steps - 1
@@ -172,7 +171,7 @@ def test_bad_model_path_shows_one_line_and_window_stays_usable(qtbot, window, tm
     boxes = [b for b in window.errors.boxes if b.isVisible()]
     assert len(boxes) == 1 and boxes[0].text() == message and not boxes[0].isModal()
     assert "Traceback" not in message
-    assert window.load_action.isEnabled() and not window.progress.isVisible()
+    assert window.commands["load"].isEnabled() and not window.progress.isVisible()
     # A broken file gets its own one-line reason too.
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF\x00garbage")
@@ -305,17 +304,17 @@ def test_fetch_button_only_when_not_fetched(qtbot, window):
 def test_menus_shortcuts_about_and_themes(qtbot, window, monkeypatch):
     titles = [a.text() for a in window.menuBar().actions()]
     assert titles == ["&File", "&Edit", "&Chat", "&View", "&Tools", "&Help"]
-    file_items = [a.text().replace("&", "") for a in window.file_menu.actions() if a.text()]  # without mnemonics
+    file_items = [a.text().replace("&", "") for a in window.menus["file"].actions() if a.text()]  # without mnemonics
     assert file_items[0] == "Load model…" and "New chat" in file_items and file_items[-1] == "Quit"
     for item in ("Open trace…", "Follow trace…", "Save trace…", "Export report…", "Back to live session"):
         assert item in file_items
-    assert window.load_action.shortcut().toString() == "Ctrl+L"
-    assert window.new_chat_action.shortcut().toString() == "Ctrl+N"
-    shortcuts = {"open_action": "Ctrl+O", "save_action": "Ctrl+S", "export_action": "Ctrl+E",
-                 "compare_action": "Ctrl+K", "follow_action": "Ctrl+Shift+O"}
+    assert window.commands["load"].shortcut().toString() == "Ctrl+L"
+    assert window.commands["new_chat"].shortcut().toString() == "Ctrl+N"
+    shortcuts = {"open": "Ctrl+O", "save": "Ctrl+S", "export": "Ctrl+E",
+                 "compare": "Ctrl+K", "follow": "Ctrl+Shift+O"}
     for name, keys in shortcuts.items():
-        assert getattr(window, name).shortcut().toString() == keys
-    assert not window.compare_action.isEnabled() and not window.back_action.isEnabled()  # no model, no trace
+        assert window.commands[name].shortcut().toString() == keys
+    assert not window.commands["compare"].isEnabled() and not window.commands["back"].isEnabled()  # no model, no trace
     shown = {}
     monkeypatch.setattr(QtWidgets.QMessageBox, "about", lambda parent, title, text: shown.update(text=text))
     window.show_about()
@@ -327,7 +326,7 @@ def test_menus_shortcuts_about_and_themes(qtbot, window, monkeypatch):
     window.set_theme("dark")
     pal = QtWidgets.QApplication.instance().palette()
     assert pal.window().color().lightness() < 60 and pal.text().color().lightness() > 200
-    assert window.theme_actions["dark"].isChecked()
+    assert window.commands["theme_dark"].isChecked()
 
 
 def test_uncaught_exception_is_shown_not_fatal(qtbot, window):

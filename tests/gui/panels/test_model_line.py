@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .conftest import load, send
+from tests.gui.helpers import load, send
 
 
 def test_gemma3n_shared_layers_show_as_shared_after_a_turn(qtbot, window):

@@ -20,8 +20,7 @@ from kvinspect.core.session.chat import ChatSession
 from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.follow import FollowSource, check_follow_target
-
-from ..conftest import load_cached
+from tests.conftest import load_cached
 
 WAIT_MS = 30_000
 
@@ -193,12 +192,12 @@ def test_source_refusals(tmp_path):
 
 
 def test_follow_kvinspect_trace_of_a_user_program_in_another_process(qtbot, window, tmp_path):
-    """Issue 8's setup: `kvinspect trace --out DIR -- python program.py` in one process, the window following DIR."""
+    """The observed program's setup: `kvinspect trace --out DIR -- python program.py` in one process, the window following DIR."""
     import subprocess
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     out = tmp_path / "traced"  # created by `kvinspect trace` once it starts
     window.follow_trace(str(out))
     v = window.viewer

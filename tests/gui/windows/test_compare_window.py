@@ -11,8 +11,7 @@ import json
 from PySide6 import QtCore
 
 from kvinspect.core.compare.configs import NAMED
-
-from .conftest import load, send
+from tests.gui.helpers import load, send
 
 RUN_TIMEOUT_MS = 300_000
 
@@ -44,7 +43,7 @@ def test_compare_dynamic_static_nocache_shows_three_rows_and_exports(qtbot, wind
         assert cw.start()
         # One model, one thread: the chat (and loads) wait while it runs; the window stays responsive.
         assert window.controller.busy == "compare" and not window.chat.send_button.isEnabled()
-        assert not window.load_action.isEnabled() and cw.cancel_button.isEnabled() and not cw.run_button.isEnabled()
+        assert not window.commands["load"].isEnabled() and cw.cancel_button.isEnabled() and not cw.run_button.isEnabled()
         assert window.send(window.chat.request("now?")) is False
     data = blocker.args[0]
     rows = cw.rows()

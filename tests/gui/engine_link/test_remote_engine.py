@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,10 +19,7 @@ import pytest
 
 from kvinspect.core.trace.tracefile import read_trace
 from kvinspect.engine.launch import SSH_COMMAND_ENV
-
-from .conftest import LOAD_TIMEOUT_MS, load, send
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.gui.helpers import LOAD_TIMEOUT_MS, load, run_cli, send
 
 
 @pytest.fixture
@@ -122,7 +118,7 @@ def test_a_host_without_kvinspect_is_one_line_and_the_window_stays_usable(qtbot,
     # Still usable: the picker reopens on the host as typed, and a load on this machine works.
     picker = window.open_picker()
     assert picker.run_ssh.isChecked() and picker.host.text() == "kvtest" and picker.python.text() == python
-    assert window.load_action.isEnabled()
+    assert window.commands["load"].isEnabled()
     info = load(qtbot, window, "tiny-llama")
     assert info.name == "tiny-llama" and window.controller.client.local is True
     assert send(qtbot, window, "Local again?", max_new_tokens=4).status == "ok"
@@ -133,11 +129,9 @@ def test_the_window_process_stays_torch_free_with_a_remote_engine(tmp_path, over
     script = tmp_path / "two.json"
     script.write_text(json.dumps({"turns": ["Hello over ssh!", "And again?"], "max_new_tokens": 10}))
     report = tmp_path / "modules.json"
-    env = dict(os.environ, KVINSPECT_CONFIG_DIR=str(tmp_path / "config"), KVINSPECT_DATA_DIR=str(tmp_path / "data"),
-               KVINSPECT_MODULES_REPORT=str(report), HF_HUB_OFFLINE="1")
-    p = subprocess.run([sys.executable, "-m", "kvinspect", "gui", "--model", "tiny-llama", "--device", "cpu",
-                        "--ssh", over_ssh.host, "--ssh-python", sys.executable, "--script", str(script),
-                        "--exit-when-done"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    p = run_cli(["gui", "--model", "tiny-llama", "--device", "cpu", "--ssh", over_ssh.host, "--ssh-python",
+                 sys.executable, "--script", str(script), "--exit-when-done"], tmp_path, timeout=300,
+                KVINSPECT_MODULES_REPORT=str(report))
     assert p.returncode == 0, p.stderr[-2000:]
     facts = json.loads(report.read_text())
     assert facts["torch"] is False and facts["transformers"] is False, facts["modules"]

@@ -7,24 +7,15 @@ The screenshot of a two-turn chat with the hybrid tiny-gemma3 is also copied to
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 from PySide6 import QtGui
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.gui.helpers import ROOT, run_cli
 
 
 def _run(args, tmp_path, timeout=300):
-    env = dict(os.environ)
-    env["KVINSPECT_CONFIG_DIR"] = str(tmp_path / "config")
-    env["KVINSPECT_DATA_DIR"] = str(tmp_path / "data")
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    return subprocess.run([sys.executable, "-m", "kvinspect", "gui", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=ROOT)
+    return run_cli(["gui", *args], tmp_path, timeout=timeout)
 
 
 def test_scripted_two_turn_hybrid_chat_screenshot(tmp_path, qapp):
