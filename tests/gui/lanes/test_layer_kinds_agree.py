@@ -3,7 +3,7 @@
 Each is read from what it draws (the heatmap axis's chip colours, the strip image's pixels, the token
 view's kinds, which the Tokens panel and ``kvinspect tokens`` show), on every tiny built-in after a turn,
 and checked against the kinds the catalogue claims (themselves checked against transformers' cache in
-tests/core/test_builtins.py). A Gemma 3n KV-shared layer is "shared" in all of them.
+tests/core/model/test_builtins.py). A Gemma 3n KV-shared layer is "shared" in all of them.
 """
 
 from __future__ import annotations
