@@ -47,7 +47,7 @@ def create(exec_app: bool = False, settings=None, session_options=None, persist:
                      **window_kwargs)
     win.show()
     gui_thread_gc.settle()  # Qt, pyqtgraph and the window are long-lived: keep them out of every later pass
-    # app.exit()/quit() skip closeEvent: stop the worker thread and save settings on the way out too.
+    # app.exit()/quit() skip closeEvent: stop the engine and save settings on the way out too.
     app.aboutToQuit.connect(win.shutdown)
     _maybe_quit_after(app, win)
     if exec_app:

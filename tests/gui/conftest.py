@@ -49,7 +49,7 @@ def _expect_platform(qapp):
 def window(qtbot, tmp_path):
     """A real main window with default settings that never writes the settings file.
 
-    Closing it (qtbot does, at teardown) stops and joins the worker thread.
+    Closing it (qtbot does, at teardown) shuts its engine down.
     """
     from kvinspect.core.settings import Settings
     from kvinspect.gui.app import create

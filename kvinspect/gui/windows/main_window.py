@@ -310,7 +310,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             return False
         self._pending_turn = req
         # The user's message goes in now, on this thread: the first tokens may be drained
-        # before the worker's turnStarted arrives, and must land under it.
+        # before the controller's turnStarted arrives, and must land under it.
         self.chat.begin_turn(index, req.text, req.policy, req.cache_impl)
         self.chat.input.clear()
         return True
@@ -445,7 +445,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
     def show_policies(self) -> None:
         policies_box.show_policies(self)
 
-    # -- worker results -------------------------------------------------------------------
+    # -- controller results -----------------------------------------------------------------
     def _on_progress(self, task: str, stage: str, frac: float) -> None:
         if task in ("load", "fetch") and not self.progress.isVisible():
             self._show_progress(True)  # a load the window did not start itself: Restart engine's

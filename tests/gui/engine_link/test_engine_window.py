@@ -228,9 +228,9 @@ def test_a_second_stop_kills_an_engine_that_ignores_stop(qtbot, make_window):
 
 
 def test_cancel_kills_a_load_that_cannot_be_cancelled(qtbot, make_window, monkeypatch):
-    import kvinspect.gui.engine_link.session_controller as worker
+    import kvinspect.gui.engine_link.session_controller as session_controller
 
-    monkeypatch.setattr(worker, "CANCEL_GRACE_S", 0.5)
+    monkeypatch.setattr(session_controller, "CANCEL_GRACE_S", 0.5)
     win = make_window(_fake("deaf"))
     with qtbot.waitSignal(win.controller.cancelled, timeout=LOAD_TIMEOUT_MS) as blocker:
         assert win.load("tiny-llama")

@@ -1,4 +1,4 @@
-"""The inspector window end to end, on the real worker and real tiny models (no mocks).
+"""The inspector window end to end, on a real engine and real tiny models (no mocks).
 
 Every test loads through the window (``win.load`` → worker thread → core ``load_model``),
 sends turns by typing into the input box and pressing Enter, and asserts on what the
