@@ -1,6 +1,6 @@
 """The renderer the CLI and the window hand to the core's report writers: a child process.
 
-:func:`render_in_child` is a :class:`kvinspect.core.report.plots.Renderer`. It runs
+:func:`render_in_child` is a :class:`kvinspect.core.report.renderer.Renderer`. It runs
 ``python -m kvinspect.gui.report_images.child_entry KIND INPUT OUTDIR FORMATS`` on Qt's offscreen platform, so
 that the caller never imports Qt (``kvinspect report`` and ``compare`` stay headless) and the
 window's export, which runs off the GUI thread, never draws widgets there. Each KIND is a
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvinspect.core.report.plots import PlotResult
+from kvinspect.core.report.renderer import PlotResult
 
 #: The child's entry module (``python -m``).
 RENDER_MODULE = "kvinspect.gui.report_images.child_entry"

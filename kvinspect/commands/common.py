@@ -33,7 +33,7 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def add_session_args(p: argparse.ArgumentParser) -> None:
-    from ..core.session.chat import CACHE_IMPLS, POLICIES
+    from ..core.session.policies import CACHE_IMPLS, POLICIES
 
     p.add_argument("--policy", default="reuse", metavar="POLICY",
                    help="how the cache is handled across turns: " + ", ".join(POLICIES))

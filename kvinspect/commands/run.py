@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def main(args, argv) -> int:
     from ..core.model.loading import load_model, resolve_spec
     from ..core.report.tables import checklist_text, events_text, turn_table
-    from ..core.session.chat import check_cache_available
+    from ..core.session.policies import check_cache_available
     from ..core.session.runner import run_script
     from ..core.session.script import load_script
 

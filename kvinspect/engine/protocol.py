@@ -308,14 +308,14 @@ def check_request(obj: dict) -> dict:
 # -- wire form of the requests' payloads ----------------------------------------------------------------
 
 def options_to_wire(opts) -> dict | None:
-    """A :class:`~kvinspect.core.session.chat.SessionOptions` as plain JSON (None stays None)."""
+    """A :class:`~kvinspect.core.session.options.SessionOptions` as plain JSON (None stays None)."""
     if opts is None:
         return None
     return dataclasses.asdict(opts)
 
 
 def options_from_wire(d: dict | None):
-    from kvinspect.core.session.chat import SessionOptions
+    from kvinspect.core.session.options import SessionOptions
     from kvinspect.core.session.script import GenerationSettings
 
     if not d:
@@ -357,7 +357,7 @@ def plan_to_wire(plan) -> dict:
 
 def plan_from_wire(d: dict):
     from kvinspect.core.compare.configs import parse_configs
-    from kvinspect.core.compare.run import ComparePlan
+    from kvinspect.core.compare.plan import ComparePlan
     from kvinspect.core.session.script import ChatScript, GenerationSettings
 
     s = d.get("script")

@@ -296,7 +296,7 @@ class Engine:
         self.out.send({"type": P.FETCHED, "id": req.get("id"), "path": str(path)})
 
     def _apply_settings(self, req: dict) -> None:
-        from kvinspect.core.session.chat import check_cache_available, check_cache_impl, check_policy
+        from kvinspect.core.session.policies import check_cache_available, check_cache_impl, check_policy
 
         s = self._session()
         o = s.options

@@ -69,8 +69,8 @@ def _maybe_quit_after(app, win) -> None:
 
 def run_from_args(args, argv: list[str] | None = None) -> int:
     """``kvinspect gui`` / bare ``kvinspect``. User mistakes in flags or files raise KvInspectError first."""
-    from kvinspect.core.session.chat import check_cache_impl, check_policy
     from kvinspect.core.session.options import apply_script_overrides, session_options
+    from kvinspect.core.session.policies import check_cache_impl, check_policy
     from kvinspect.core.session.script import GenerationSettings, load_script
 
     argv = list(argv or [])

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import transformers
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "resources" / "examples"
+from tests.helpers import RESOURCES
+
+EXAMPLES_DIR = RESOURCES / "examples"
 
 #: Checked on transformers 5.x only. On 4.x (4.56.2, measured) generate() raises IndexError before its
 #: first forward when the cache already holds every id it is given, so no hook runs and no turn is

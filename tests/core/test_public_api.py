@@ -6,11 +6,9 @@ import inspect
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import kvinspect
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def test_import_kvinspect_stays_light():

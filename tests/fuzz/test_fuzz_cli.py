@@ -5,7 +5,7 @@ TraceError line or reads it, and the summary and report that follow never raise.
 processes, fewer examples: ``kvinspect report``, ``run`` and ``view``'s checks exit 0 or 2 with
 one ``kvinspect:`` line and no traceback, under a memory cap (``resource.setrlimit``) and a
 timeout (a timeout is a hang, not a speed limit). Seeded (``derandomize``); ``make fuzz`` draws
-20x more. A failure hypothesis shrinks becomes a regular test in tests/core/test_trace_damage.py.
+20x more. A failure hypothesis shrinks becomes a regular test in tests/core/trace/test_trace_damage.py.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ Fixtures live in tests/gui/conftest.py (the window, the engine fork server); the
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import helpers as shared
+from tests.helpers import ROOT, cli_env
+
 LOAD_TIMEOUT_MS = 120_000
 TURN_TIMEOUT_MS = 120_000
 
@@ -55,20 +55,9 @@ def headless_run(out: Path, spec: str, turns: list[str], max_new_tokens: int) ->
     return out
 
 
-def cli_env(tmp_path: Path, **extra: str) -> dict:
-    """The environment of a ``python -m kvinspect`` child: its own config and data folders, no hub."""
-    env = dict(os.environ)
-    env.update(KVINSPECT_CONFIG_DIR=str(tmp_path / "config"), KVINSPECT_DATA_DIR=str(tmp_path / "data"),
-               QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"))
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.update(extra)
-    return env
-
-
 def run_cli(args: list[str], tmp_path: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    """``python -m kvinspect ARGS`` to its end, in :func:`cli_env`, from the repository root."""
-    return subprocess.run([sys.executable, "-m", "kvinspect", *args], capture_output=True, text=True,
-                          env=cli_env(tmp_path, **env), timeout=timeout, cwd=ROOT)
+    """``python -m kvinspect ARGS`` to its end, in its own config and data folders, from the repository root."""
+    return shared.run_cli(args, cwd=ROOT, timeout=timeout, env=cli_env(tmp_path, **env))
 
 
 def plots_showing(qtbot, rec, size: tuple[int, int] = (1000, 600), theme=None):

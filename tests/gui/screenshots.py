@@ -56,7 +56,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     from kvinspect.core.model.loading import load_model
-    from kvinspect.core.session.chat import ChatSession, SessionOptions
+    from kvinspect.core.session.chat import ChatSession
+    from kvinspect.core.session.options import SessionOptions
     from kvinspect.core.session.runner import run_script
     from kvinspect.core.session.script import ChatScript, GenerationSettings
     from kvinspect.core.settings import Settings

@@ -51,11 +51,7 @@ class LayerShape:
 
     @property
     def kind(self) -> str:
-        if self.storage == "quantized":
-            return "quantized"
-        if self.storage == "static":
-            return "static-" + self.attention
-        return self.attention
+        return layer_kinds.kind_of_shape(self.attention, self.storage)
 
 
 def cls_name(obj) -> str:
@@ -77,7 +73,7 @@ def storage_of(layer) -> str:
 
 def attention_of(layer, storage: str, config_attention: str) -> str:
     if storage == "none":
-        return "shared"
+        return SHARED
     if storage == "linear":
         return STATE
     if is_indexed_layer(layer):

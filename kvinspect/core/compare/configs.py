@@ -18,7 +18,7 @@ from typing import Any
 from kvinspect.core import compat
 from kvinspect.core.errors import ScriptError, UnsupportedCacheError, first_line
 from kvinspect.core.model.loading import LoadedModel
-from kvinspect.core.session.chat import (
+from kvinspect.core.session.policies import (
     CACHE_IMPLS,
     POLICIES,
     POLICY_HELP,

@@ -23,7 +23,7 @@ from kvinspect.core.compare.configs import (
 from kvinspect.core.compare.metrics import memory_kind, memory_now, turn_metrics
 from kvinspect.core.compare.plan import CancelCheck, ComparePlan, RunMetrics
 from kvinspect.core.model.loading import LoadedModel
-from kvinspect.core.session.chat import SessionOptions
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript
 from kvinspect.core.trace.record import TurnRecord

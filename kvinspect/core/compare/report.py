@@ -14,14 +14,14 @@ from kvinspect.core.compare.lengths import sweep_max_cache_len
 from kvinspect.core.compare.markdown import markdown
 from kvinspect.core.compare.metrics import MEMORY_LABEL
 from kvinspect.core.compare.plan import COMPARE_FORMAT, COMPARE_VERSION, RUNS_DIR, CompareResult
-from kvinspect.core.compare.summary import (
+from kvinspect.core.compare.repeat_stats import (
     length_points,
     per_turn,
     steady_compiled_graphs,
     summarize_runs,
     warmup_summary,
 )
-from kvinspect.core.report.plots import NO_RENDERER, Renderer
+from kvinspect.core.report.renderer import NO_RENDERER, Renderer
 from kvinspect.core.text_safety import json_dumps_utf8
 
 JSON_NAME = "compare.json"
@@ -130,7 +130,7 @@ def write_report(result: CompareResult, out_dir: str | os.PathLike | None = None
     """Write compare.json, the plots and compare.md into ``out_dir`` (default: the run's folder).
 
     Exporting to another folder copies the run folders too, so the export stands on its own.
-    The plots are drawn by ``renderer`` (:class:`~kvinspect.core.report.plots.Renderer`, e.g.
+    The plots are drawn by ``renderer`` (:class:`~kvinspect.core.report.renderer.Renderer`, e.g.
     :func:`kvinspect.child_render.render_in_child`); without one they are skipped with a note.
     """
     return write_report_doc(build_report(result), out_dir if out_dir is not None else result.out_dir,

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvinspect.core.cache.layer_kinds import kinds_short
 from kvinspect.core.model.templates import TRANSCRIPT_TEMPLATE
 from kvinspect.core.model.tiny import VOCAB_SIZE, TinySpec
-
-#: Layer-kind letters used in listings: F full, S sliding, C chunked, L recurrent/conv state,
-#: R reads another layer's K/V (shared), I indexed sparse attention.
-KIND_LETTER = {"full": "F", "sliding": "S", "chunked": "C", "state": "L", "linear": "L", "shared": "R",
-               "indexed": "I", "none": "-"}
 
 
 @dataclass(frozen=True)
@@ -36,13 +32,7 @@ class BuiltinModel:
     @property
     def kinds_short(self) -> str:
         """``S,F,S,F`` for a few layers; per-kind counts (``S×15,F×3``) once a list would not fit."""
-        letters = [KIND_LETTER.get(k, "?") for k in self.layer_kinds]
-        if len(letters) <= 8:
-            return ",".join(letters)
-        counts: dict[str, int] = {}
-        for a in letters:
-            counts[a] = counts.get(a, 0) + 1
-        return ",".join(f"{a}×{n}" for a, n in counts.items())
+        return kinds_short(self.layer_kinds)
 
 
 BUILTINS: tuple[BuiltinModel, ...] = (

@@ -28,9 +28,9 @@ from kvinspect.core.detect.provenance import checkpoint_file, config_sources
 from kvinspect.core.detect.retained import retained_events
 from kvinspect.core.detect.token_book import UNKNOWN, Fed, TokenBook, continues, detect_observed, impl_of, seen_before
 from kvinspect.core.errors import exc_line
+from kvinspect.core.observe.forward_ids import own_ids
+from kvinspect.core.observe.forward_ids import rows as rows_of
 from kvinspect.core.observe.header import device_label, observed_header
-from kvinspect.core.observe.ids import own_ids
-from kvinspect.core.observe.ids import rows as rows_of
 from kvinspect.core.observe.turns import (
     OpenTurn,
     drafting_for,

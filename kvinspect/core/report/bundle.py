@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvinspect.core.errors import TraceError
-from kvinspect.core.report.markdown import event_markdown, layer_table_markdown, turn_layers_markdown, turns_markdown
-from kvinspect.core.report.plots import NO_RENDERER, Renderer
+from kvinspect.core.report.md_snippets import event_markdown, layer_table_markdown, turn_layers_markdown, turns_markdown
+from kvinspect.core.report.renderer import NO_RENDERER, Renderer
 from kvinspect.core.report.report_md import PLOTS, REPORT_NAME, SUMMARY_NAME, WINDOW_NAME, report_markdown
 from kvinspect.core.report.reproduce import SCRIPT_NAME, Reproduction, reproduce
 from kvinspect.core.text_safety import utf8_safe
@@ -77,7 +77,7 @@ def write_report(source: TraceRecord | str | os.PathLike, out_dir: str | os.Path
     formats
         Image formats to render.
     renderer
-        Draws the images (:class:`~kvinspect.core.report.plots.Renderer`), e.g.
+        Draws the images (:class:`~kvinspect.core.report.renderer.Renderer`), e.g.
         :func:`kvinspect.child_render.render_in_child`. Without one the bundle is complete but
         for the images, and ``report.md`` says the plots were skipped.
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvinspect.core.detect.provenance import shown
-from kvinspect.core.report.markdown import (
+from kvinspect.core.report.md_snippets import (
     cache_label,
     code_span,
     count_noun,

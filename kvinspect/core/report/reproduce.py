@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvinspect.core.model.catalog import find_builtin
-from kvinspect.core.report.markdown import count_noun, turn_phrase
+from kvinspect.core.report.md_snippets import count_noun, turn_phrase
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.text_safety import md_code
 from kvinspect.core.trace.record import TraceRecord

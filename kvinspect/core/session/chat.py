@@ -14,7 +14,6 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from kvinspect.core import compat, env
 from kvinspect.core.cache import layer_shapes
@@ -24,9 +23,11 @@ from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, detect_turn
 from kvinspect.core.detect.events import TURN_STOPPED, Event
 from kvinspect.core.detect.provenance import checkpoint_file, config_sources, describe
-from kvinspect.core.errors import ScriptError, UnsupportedCacheError, first_line
+from kvinspect.core.errors import ScriptError, first_line
 from kvinspect.core.model.loading import LoadedModel
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
+from kvinspect.core.session.policies import check_cache_available, check_cache_impl, check_policy
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.stream import Sink
@@ -34,46 +35,8 @@ from kvinspect.core.trace.tracefile import TraceWriter
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("reuse", "recreate", "refeed", "nocache", "cache-without-config", "cache-and-use-cache-false")
-POLICY_HELP = {
-    "reuse": "one cache across turns; full prompt + prefix check + crop (the correct way)",
-    "recreate": "a new cache object every turn (the cache created inside the loop)",
-    "refeed": "the full history fed onto the reused cache by a manual forward loop (duplicated context)",
-    "nocache": "use_cache=False (the slow baseline: every step re-reads the whole sequence)",
-    "cache-without-config": "DynamicCache() built without the model config (a window is never applied)",
-    "cache-and-use-cache-false": "a cache passed together with use_cache=False (the cache swallows every step)",
-}
-CACHE_IMPLS = ("dynamic", "static", "offloaded", "quantized")
-
 TokenCallback = Callable[[str], None]
 StopCheck = Callable[[], bool]
-
-
-@dataclass
-class SessionOptions:
-    policy: str = "reuse"
-    cache_impl: str = "dynamic"
-    settings: GenerationSettings = field(default_factory=GenerationSettings)
-    system: str | None = None
-    chat_template: str | None = None  # Jinja text replacing the tokenizer's template
-    chat_template_name: str | None = None
-    max_cache_len: int | None = None  # static caches; default: min(max_position_embeddings, 2048)
-    generation_config: dict = field(default_factory=dict)  # overrides applied to model.generation_config
-    respect_generation_config: bool = False  # True: let a colliding cache_implementation break generate()
-
-
-def check_policy(policy: str) -> str:
-    p = (policy or "reuse").strip().lower().replace("_", "-")
-    if p not in POLICIES:
-        raise ScriptError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
-    return p
-
-
-def check_cache_impl(impl: str) -> str:
-    c = (impl or "dynamic").strip().lower()
-    if c not in CACHE_IMPLS:
-        raise ScriptError(f"unknown cache implementation {impl!r}; choose one of: {', '.join(CACHE_IMPLS)}")
-    return c
 
 
 class _Streamer:
@@ -134,29 +97,6 @@ def _stopping_criteria(should_stop: StopCheck):
             return torch.full((input_ids.shape[0],), hit, dtype=torch.bool, device=input_ids.device)
 
     return StoppingCriteriaList([_Stop()])
-
-
-def check_cache_available(loaded: LoadedModel, impl: str) -> None:
-    """Raise UnsupportedCacheError (one line) when ``impl`` cannot run with this model here."""
-    impl = check_cache_impl(impl)
-    name = loaded.name
-    if impl == "offloaded":
-        if not (loaded.device.startswith("cuda") or loaded.device == "multi-gpu"):
-            raise UnsupportedCacheError(
-                f"--cache offloaded needs a CUDA device (offloading moves layers between GPU and CPU); "
-                f"this run is on {loaded.device}"
-            )
-    if impl == "quantized":
-        kinds = {lay["config_attention"] for lay in env.config_layers(loaded.model.config)}
-        if kinds - {"full"}:
-            raise UnsupportedCacheError(
-                f"--cache quantized supports full-attention models only; {name} has "
-                f"{'/'.join(sorted(kinds - {'full'}))} layers"
-            )
-        if not compat.quantized_backends():
-            raise UnsupportedCacheError(
-                "--cache quantized needs a backend: transformers >= 5 (fp8), optimum-quanto or hqq"
-            )
 
 
 def longest_common_prefix(a: list[int], b: list[int]) -> int:

@@ -1,8 +1,10 @@
-"""Session options from parsed command-line flags, shared by ``kvinspect run``, ``compare`` and the window.
+"""Session options (what a chat session runs with) and making them from parsed command-line flags.
+
+Shared by ``kvinspect run``, ``compare``, the engine and the window.
 
 The flags themselves are declared by :mod:`kvinspect.commands.common` (``add_session_args``);
 this module turns the parsed ``argparse.Namespace`` into a checked
-:class:`~kvinspect.core.session.chat.SessionOptions` and applies the per-run overrides to a
+:class:`SessionOptions` and applies the per-run overrides to a
 :class:`~kvinspect.core.session.script.ChatScript`. Every mistake raises
 :class:`~kvinspect.core.errors.ScriptError` with one line, before any model loads.
 """
@@ -11,15 +13,29 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvinspect.core.errors import ScriptError
-from kvinspect.core.session.script import check_text
+from kvinspect.core.session.policies import check_cache_impl, check_policy
+from kvinspect.core.session.script import GenerationSettings, check_text
 
 if TYPE_CHECKING:
-    from kvinspect.core.session.chat import SessionOptions
     from kvinspect.core.session.script import ChatScript
+
+
+@dataclass
+class SessionOptions:
+    policy: str = "reuse"
+    cache_impl: str = "dynamic"
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    system: str | None = None
+    chat_template: str | None = None  # Jinja text replacing the tokenizer's template
+    chat_template_name: str | None = None
+    max_cache_len: int | None = None  # static caches; default: min(max_position_embeddings, 2048)
+    generation_config: dict = field(default_factory=dict)  # overrides applied to model.generation_config
+    respect_generation_config: bool = False  # True: let a colliding cache_implementation break generate()
 
 
 def parse_kv(items: list[str]) -> dict:
@@ -112,8 +128,6 @@ def _cache_implementations() -> set[str]:
 
 def session_options(args: argparse.Namespace) -> SessionOptions:
     """SessionOptions from the shared flags (the script's own settings are applied by the runner)."""
-    from kvinspect.core.session.chat import SessionOptions, check_cache_impl, check_policy
-
     opts = SessionOptions(policy=check_policy(args.policy), cache_impl=check_cache_impl(args.cache))
     if getattr(args, "chat_template", None):
         opts.chat_template = read_chat_template(args.chat_template)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvinspect.core.model.loading import LoadedModel
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import ChatScript
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.summary import write_summary

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvinspect.core.cache.layer_kinds import STATE, base_kind, layer_kinds, layer_windows
 from kvinspect.core.tokens.ids import UNKNOWN, common_prefix, iter_turn_sequences, pieces_of
 
 # -- states (one per cell) -----------------------------------------------------------------------
@@ -40,8 +41,6 @@ DUPLICATE = 2  # the second copy of context the cache already held (duplicate_co
 DUPLICATED = 4  # the first copy of that context
 REPLACEMENT = 8  # fed where cropped tokens were
 
-#: Layer kinds without a token axis: a recurrent state summarises every token it saw.
-RECURRENT_KINDS = frozenset({"linear", "state", "recurrent", "mamba"})
 NOT_RECORDED = ("token ids were not recorded in this trace (written before kvinspect kept them, "
                 "or redacted)")
 
@@ -100,25 +99,6 @@ class TokenView:
     def counts(self) -> dict[str, int]:
         bc = np.bincount(self.state, minlength=len(STATE_NAMES)) if len(self) else np.zeros(len(STATE_NAMES), int)
         return {name: int(bc[i]) for i, name in enumerate(STATE_NAMES)}
-
-
-def layer_kinds(record, turn: int) -> tuple[list[str], list[int | None]]:
-    """Per layer, what its cache does and its window, from the latest snapshot up to ``turn`` (else the header)."""
-    n = record.n_layers
-    kinds: list[str] = []
-    windows: list[int | None] = []
-    for t in reversed(record.turns[: turn + 1]):
-        if t.layers and len(t.layers) == n:
-            for lay in t.layers:
-                kinds.append(str(lay.get("attention") or lay.get("kind") or "full"))
-                windows.append(lay.get("window"))
-            return kinds, windows
-    info = record.header.get("layers") or []
-    for i in range(n):
-        d = info[i] if i < len(info) else {}
-        kinds.append(str(d.get("config_attention") or "full"))
-        windows.append(d.get("window"))
-    return kinds, windows
 
 
 def _turn_span(turn_col: np.ndarray, u: int) -> tuple[int, int]:
@@ -293,14 +273,16 @@ def token_view(record, step: int | None = None) -> TokenView:
 
 
 def _layers(view: TokenView, record, seen: np.ndarray, stored: np.ndarray, t: int) -> None:
-    kinds, windows = layer_kinds(record, t)
-    recurrent = np.array([k in RECURRENT_KINDS for k in kinds], bool)
+    kinds = [base_kind(k) for k in layer_kinds(record, t)]
+    windows = layer_windows(record, t)
+    # A state layer has no token axis: a recurrent state summarises every token it saw.
+    recurrent = np.array([k == STATE for k in kinds], bool)
     # A recurrent state has no positions, whatever counts it reports: it is summarised, not banded.
     has_axis = (seen >= 0) & (stored >= 0) & ~recurrent
     view.kinds = kinds
     view.starts = np.where(has_axis, seen - stored, -1)
     view.ends = np.where(has_axis, seen, -1)
-    view.recurrent = [i for i, k in enumerate(kinds) if k in RECURRENT_KINDS]
+    view.recurrent = [i for i, k in enumerate(kinds) if k == STATE]
     groups: dict[tuple, list[int]] = {}
     for i in np.flatnonzero(has_axis):
         key = (kinds[i], windows[i], int(view.starts[i]), int(view.ends[i]))

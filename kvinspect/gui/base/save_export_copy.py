@@ -1,6 +1,6 @@
 """Evidence from the window: save the trace, export a report bundle, Markdown for the clipboard.
 
-All of it is a thin layer over the core (:mod:`kvinspect.core.report.bundle`, :mod:`kvinspect.core.report.markdown`,
+All of it is a thin layer over the core (:mod:`kvinspect.core.report.bundle`, :mod:`kvinspect.core.report.md_snippets`,
 :mod:`kvinspect.core.trace.tracefile`), given what it acts on: a :class:`Source` (the live session, or the
 trace the window is viewing or following; the window's ``current_source()``). Writing happens off the GUI thread
 (:class:`~kvinspect.gui.base.background_jobs.BackgroundTask`: report plots take seconds in a child process), and while it
@@ -126,14 +126,14 @@ def _recorded(record):
 
 def turns_text(record) -> tuple[str, str]:
     """The per-turn table of ``record``."""
-    from kvinspect.core.report.markdown import turns_markdown
+    from kvinspect.core.report.md_snippets import turns_markdown
 
     return turns_markdown(_recorded(record)), "the per-turn table"
 
 
 def layers_text(record, step: int | None) -> tuple[str, str]:
     """The per-layer table at ``step`` (None: the latest)."""
-    from kvinspect.core.report.markdown import layer_table_markdown
+    from kvinspect.core.report.md_snippets import layer_table_markdown
 
     rec = _recorded(record)
     if rec.n_steps == 0:
@@ -144,7 +144,7 @@ def layers_text(record, step: int | None) -> tuple[str, str]:
 
 def event_text(record, index: int | None) -> tuple[str, str]:
     """Event ``index``'s explanation."""
-    from kvinspect.core.report.markdown import event_markdown
+    from kvinspect.core.report.md_snippets import event_markdown
 
     rec = _recorded(record)
     if index is None or not 0 <= index < len(rec.events):

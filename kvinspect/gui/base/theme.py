@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-#: Layer kinds by what the cache does (static-*/quantized map onto their attention).
+from kvinspect.core.cache import layer_kinds
+
+#: Layer kinds (core.cache.layer_kinds) by what the cache does (static-*/quantized map onto their attention).
 KIND_COLORS = {
     "full": "#4C8DF6",
     "sliding": "#F28C28",
@@ -25,10 +27,10 @@ KIND_COLORS = {
     "shared": "#8A8F98",  # reads another layer's K/V, stores none
     "indexed": "#A9E34B",  # sparse attention with an indexer-key cache (DSA)
 }
-KIND_ORDER = ("full", "sliding", "chunked", "state", "shared", "indexed")
-#: Legend words, where the kind's name alone would not say it.
-KIND_LEGEND = {"state": "state (no tokens)", "shared": "shared (reads another layer)",
-               "indexed": "indexed (+ indexer keys)"}
+#: The vocabulary's order, legend words and base kind, under the names the window uses.
+KIND_ORDER = layer_kinds.KINDS
+KIND_LEGEND = layer_kinds.LEGEND
+kind_base = layer_kinds.base_kind
 #: Anything without a colour of its own (an unknown severity or status).
 NEUTRAL = "#8A8F98"
 
@@ -63,16 +65,6 @@ RESERVED_COLOR = "#D19A66"
 #: One colour per compared configuration, in the order compare.json lists them.
 CONFIG_COLORS = ("#1F77B4", "#D62728", "#2CA02C", "#FF7F0E", "#9467BD", "#8C564B", "#E377C2", "#17BECF",
                  "#7F7F7F", "#BCBD22")
-
-
-def kind_base(kind: str | None) -> str:
-    """``static-sliding`` → ``sliding``; ``quantized`` → ``full`` (quantized caches are full only)."""
-    k = (kind or "full").removeprefix("static-")
-    if k == "quantized":
-        return "full"
-    if k == "linear":
-        return "state"
-    return k if k in KIND_COLORS else "full"
 
 
 def kind_color(kind: str | None) -> str:

@@ -11,7 +11,7 @@ from kvinspect.gui.base.accessibility import fill_missing, name
 
 def show_policies(parent) -> QtWidgets.QMessageBox:
     """Non-modal: it can stay open next to the chat while trying the policies."""
-    from kvinspect.core.session.chat import POLICY_HELP
+    from kvinspect.core.session.policies import POLICY_HELP
 
     rows = "".join(f"<tr><td valign='top'><b>{k}</b></td><td>{html.escape(v)}</td></tr>" for k, v in POLICY_HELP.items())
     box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Information, "Reuse policies", "",

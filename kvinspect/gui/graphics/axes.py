@@ -430,10 +430,13 @@ class LayerAxis(LaneAxis):
             p.fillRect(QtCore.QRectF(x, a, self.CHIP, max(b - a, 1.0)), c)
 
 
+LAYER_LABEL_GAP = 14  # px between layer labels, at least
+
+
 def layer_ticks(n_layers: int, px_height: float) -> list:
-    """Major ticks at layer centres, thinned so labels never overlap (≥ 14 px apart)."""
+    """Major ticks at layer centres, thinned so labels never overlap (≥ LAYER_LABEL_GAP px apart)."""
     if n_layers <= 0:
         return [[]]
     per = max(px_height, 1.0) / n_layers
-    every = next((e for e in (1, 2, 5, 10, 20, 50, 100, 200, 500) if per * e >= 14), 1000)
+    every = next((e for e in (1, 2, 5, 10, 20, 50, 100, 200, 500) if per * e >= LAYER_LABEL_GAP), 1000)
     return [[(i + 0.5, str(i)) for i in range(0, n_layers, every)]]

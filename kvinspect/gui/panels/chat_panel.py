@@ -11,17 +11,10 @@ import html
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from kvinspect.core.session.chat import CACHE_IMPLS, POLICIES, POLICY_HELP
+from kvinspect.core.session.policies import CACHE_HELP, CACHE_IMPLS, POLICIES, POLICY_HELP
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.gui.base import theme as th
 from kvinspect.gui.engine_link.engine_requests import TurnRequest
-
-CACHE_HELP = {
-    "dynamic": "DynamicCache built with the model config (grows; sliding layers keep their window)",
-    "static": "StaticCache: buffers of max_cache_len rows allocated up front",
-    "offloaded": "DynamicCache(offloading=True): layers rest on the CPU between uses (CUDA only)",
-    "quantized": "QuantizedCache (full-attention models only; fp8 on transformers 5.x)",
-}
 
 
 class ChatInput(QtWidgets.QPlainTextEdit):

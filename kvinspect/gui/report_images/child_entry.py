@@ -4,7 +4,7 @@
 for all the images of a bundle.
 
 Prints one JSON line ``{"files": [...], "notes": [...]}``; started by :func:`kvinspect.child_render.render_in_child`
-(the renderer the CLI and the window give the report writers, see kvinspect.core.report.plots).
+(the renderer the CLI and the window give the report writers, see kvinspect.core.report.renderer).
 """
 
 from __future__ import annotations

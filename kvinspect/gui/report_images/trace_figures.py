@@ -20,6 +20,7 @@ import pyqtgraph.exporters  # noqa: F401  (registers pg.exporters)
 # PySide6 before pyqtgraph, so pyqtgraph binds to it rather than to a PyQt that may be installed.
 from PySide6 import QtCore, QtGui, QtWidgets  # noqa: I001
 
+from kvinspect.core.cache import layer_kinds
 from kvinspect.core.detect.events import Event
 from kvinspect.core.errors import exc_line
 from kvinspect.core.text_safety import terminal_text
@@ -27,7 +28,7 @@ from kvinspect.core.trace.record import TraceRecord
 from kvinspect.core.trace.tracefile import read_trace
 from kvinspect.core.units import byte_scale
 from kvinspect.gui.base import theme as th
-from kvinspect.gui.graphics.axes import StepAxis
+from kvinspect.gui.graphics.axes import LAYER_LABEL_GAP, StepAxis, layer_ticks
 
 EXPORT_WIDTH = 1600
 #: Curves longer than this are peak-downsampled (min and max per bin survive).
@@ -38,6 +39,7 @@ FIGURE_SIZE = (1000, 650)
 R = th.REPORT
 TURN_SHADE = (0, 0, 0, 14)
 FONT_PT = 11
+MAX_LAYER_LABELS = 16  # on the heatmap's layer axis
 
 
 def render(input_path: str | os.PathLike, out_dir: str | os.PathLike,
@@ -320,15 +322,11 @@ def cache_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
 
 
 def _layer_kinds(record: TraceRecord) -> list[tuple[str, str]]:
-    """(kind, legend label) per layer, from the header's config layers, else the last snapshot."""
-    info = record.header.get("layers") or []
-    snap = next((t.layers for t in reversed(record.turns) if t.layers), [])
+    """(kind, legend label) per layer: the kinds the window shows (:func:`~kvinspect.core.cache.layer_kinds.layer_kinds`)."""
     out = []
-    for i in range(record.n_layers):
-        d = info[i] if i < len(info) else (snap[i] if i < len(snap) else {})
-        kind = d.get("config_attention") or d.get("attention") or "full"
-        win = d.get("window")
-        word = "chunk" if kind == "chunked" else "window"
+    for kind, win in zip(layer_kinds.layer_kinds(record), layer_kinds.layer_windows(record)):
+        kind = layer_kinds.base_kind(kind)
+        word = "chunk" if kind == layer_kinds.CHUNKED else "window"
         out.append((kind, f"{kind} ({word} {win})" if win else kind))
     return out
 
@@ -339,11 +337,9 @@ def _rgba(hex_color: str) -> list[int]:
 
 
 def _layer_ticks(p: pg.PlotItem, L: int) -> None:
-    every = max(1, int(np.ceil(L / 16)))
-    if every > 1:
-        every = next(k for k in (2, 5, 10, 20, 50, 100, 1000) if k >= every)
     ax = p.getAxis("left")
-    ax.setTicks([[(i + 0.5, str(i)) for i in range(0, L, every)], []])
+    # The window's thinning rule, for at most 16 labels: the axis as tall as 16 label gaps.
+    ax.setTicks(layer_ticks(L, MAX_LAYER_LABELS * LAYER_LABEL_GAP) + [[]])
     ax.setStyle(hideOverlappingLabels=False)  # else the label of layer 0, at the edge, is dropped
 
 

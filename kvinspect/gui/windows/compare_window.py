@@ -90,7 +90,7 @@ class CompareWindow(QtWidgets.QWidget):
             grid.addWidget(cb, 2 * i, 0)
             grid.addWidget(note, 2 * i + 1, 0)
             self.checks[name], self.notes[name] = cb, note
-        from kvinspect.core.session.chat import POLICIES
+        from kvinspect.core.session.policies import POLICIES
 
         self.extra = QtWidgets.QLineEdit()
         self.extra.setPlaceholderText("also: recreate, refeed, recreate:static …")
@@ -308,7 +308,7 @@ class CompareWindow(QtWidgets.QWidget):
     def build_plan(self):
         """The ComparePlan the controls describe; raises KvInspectError (one line) for a mistake."""
         from kvinspect.core.compare.configs import parse_configs
-        from kvinspect.core.compare.run import ComparePlan
+        from kvinspect.core.compare.plan import ComparePlan
         from kvinspect.core.session.script import ChatScript, load_script
 
         if self.pending & {n for n, cb in self.checks.items() if cb.isChecked()}:

@@ -66,7 +66,8 @@ def test_big_record_is_decimated_to_the_plot_width(qtbot):
 
 def test_panels_render_a_record_without_a_session_at_a_replay_step(qtbot, window):
     """What viewer mode needs: a record (here from a headless core session) and a step."""
-    from kvinspect.core.session.chat import ChatSession, SessionOptions
+    from kvinspect.core.session.chat import ChatSession
+    from kvinspect.core.session.options import SessionOptions
     from kvinspect.core.session.script import GenerationSettings
     from tests.conftest import load_cached
 

@@ -24,7 +24,7 @@ from kvinspect.core.tokens.states import (
 )
 from kvinspect.core.trace.redact import redact_record
 from kvinspect.gui.panels.tokens_panel import DUP_COLOR, STATE_COLORS, TokensPanel, tooltip
-from tests.core.test_tokens import QWEN3, session_for
+from tests.core.tokens.test_tokens import QWEN3, session_for
 
 CASES = {
     "evicted": ("tiny-gemma3", "reuse", {}),
@@ -36,7 +36,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def traces():
-    """Each case's session record (tests/core/test_tokens.py checks that a trace file reads back the same view)."""
+    """Each case's session record (tests/core/tokens/test_tokens.py checks that a trace file reads back the same view)."""
     out = {}
     for name, (model, policy, opts) in CASES.items():
         _, session, _, _ = session_for(model, policy=policy, new=16 if name == "evicted" else 8, **opts)

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from kvinspect.core.errors import TraceError
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.follow import FollowSource, check_follow_target
 from tests.conftest import load_cached

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvinspect.core.session.chat import ChatSession, SessionOptions
+from kvinspect.core.session.chat import ChatSession
+from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace

@@ -194,7 +194,7 @@ def test_save_trace_live_and_viewed(qtbot, window, run_dir, tmp_path):
 
 
 def test_copy_markdown_to_the_clipboard(qtbot, window, run_dir):
-    from kvinspect.core.report.markdown import event_markdown, layer_table_markdown, turns_markdown
+    from kvinspect.core.report.md_snippets import event_markdown, layer_table_markdown, turns_markdown
 
     open_trace(qtbot, window, run_dir)
     rec = window.record

@@ -1,0 +1,1 @@
+"""The headless commands end to end: exit codes, kvinspect trace, --overwrite."""

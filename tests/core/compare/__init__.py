@@ -1,0 +1,1 @@
+"""Tests of kvinspect.core.compare: compare mode."""

@@ -1,0 +1,1 @@
+"""Tests of kvinspect.core.detect: the detectors and the diagnoses."""

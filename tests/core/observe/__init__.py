@@ -1,0 +1,1 @@
+"""Tests of kvinspect.core.observe: the user's own loop, observed."""

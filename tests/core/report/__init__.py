@@ -1,0 +1,1 @@
+"""Tests of kvinspect.core.report: the report bundle and its Markdown."""

@@ -1,0 +1,1 @@
+"""Tests of kvinspect.core.tokens: the token view."""

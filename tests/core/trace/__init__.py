@@ -1,0 +1,1 @@
+"""Tests of kvinspect.core.trace: the trace file, the record, the stream, autosaves, damaged traces."""
