@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvinspect.core.report.markdown import md_fence
+from kvinspect.core.report.md_snippets import md_fence
 from kvinspect.core.report.text_table import md_table
 from kvinspect.core.text_safety import md_code, md_text
 from kvinspect.core.units import fmt_bytes
