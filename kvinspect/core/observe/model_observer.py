@@ -25,7 +25,7 @@ from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext
 from kvinspect.core.detect.events import CACHE_RECREATED, DUPLICATE_CONTEXT, PREFIX_DIVERGENCE, Event
 from kvinspect.core.detect.provenance import checkpoint_file, config_sources
-from kvinspect.core.detect.retained import retained_events
+from kvinspect.core.detect.retained import library_slots, retained_events
 from kvinspect.core.detect.token_book import UNKNOWN, Fed, TokenBook, continues, detect_observed, impl_of, seen_before
 from kvinspect.core.errors import exc_line
 from kvinspect.core.observe.forward_ids import own_ids
@@ -211,6 +211,7 @@ class ModelObserver:
         self.time_in_pre_hook = 0.0
         self._tokenizer_searches = 0
         self._gc_file: tuple[str | None, dict] | None = None  # the checkpoint's generation_config.json
+        self._library_kept = library_slots()  # caches on model._cache already named
         self._refed: dict[int, str] = {}  # caches transformers re-fed its own cached prefix into -> the message
 
     # -- hooks ------------------------------------------------------------------------------------
@@ -520,7 +521,8 @@ class ModelObserver:
             return retained_events(tr.index, max(tr.end_step - 1, tr.first_step), self.model, result=output,
                                    given=given if turn.kind == "generate" else turn.cache,
                                    turn_kv_bytes=int(tr.kv_held_bytes or tr.kv_bytes or 0), measure=self._held_bytes,
-                                   cache_id=self.probe.known_id, own_cache_id=tr.cache_id)
+                                   cache_id=self.probe.known_id, own_cache_id=tr.cache_id,
+                                   named=self._library_kept)
 
         self.pipeline.finish(rec, ctx, new_ids=tt.new_ids, snapshot=snap, t_start=turn.t_start, t_first=turn.t_first,
                              t_end=t_end, detect=detect, failure=turn.failure, extra_events=retained)
