@@ -524,8 +524,7 @@ class ModelObserver:
                                    cache_id=self.probe.known_id, own_cache_id=tr.cache_id,
                                    named=self._library_kept)
 
-        self.pipeline.finish(rec, ctx, new_ids=tt.new_ids, snapshot=snap, t_start=turn.t_start, t_first=turn.t_first,
-                             t_end=t_end, detect=detect, failure=turn.failure, extra_events=retained)
+        # Settings first: finish() writes the turn's line, and what is set after it stays in memory only.
         if drafts(mode) and not draft and samples:
             rec.settings["draft"] = _draft_steps(samples, rec.first_step, snap, len(full_prompt or []),
                                                  refed=refeed is not None)
@@ -533,6 +532,8 @@ class ModelObserver:
             batches = [lay.batch for lay in snap.layers if lay.batch]
             if batches:
                 rec.settings["cache_rows"] = max(batches)
+        self.pipeline.finish(rec, ctx, new_ids=tt.new_ids, snapshot=snap, t_start=turn.t_start, t_first=turn.t_first,
+                             t_end=t_end, detect=detect, failure=turn.failure, extra_events=retained)
         if cache_ids:
             held = self.book.snapshot(cache_ids[-1])
             if mode == "beam" and result_row is not None:

@@ -80,6 +80,20 @@ class TurnRecord:
             d.pop("prompt_ids", None)
         return d
 
+    def rejected_drafts(self) -> list[tuple[int, int]]:
+        """(global step, tokens cropped) for each verification forward whose rejected drafts generate()
+        cropped off the cache afterwards (assisted and prompt-lookup decoding; ``settings.draft.crops``).
+
+        Read defensively: a trace from elsewhere may carry anything there."""
+        draft = self.settings.get("draft") if isinstance(self.settings, dict) else None
+        crops = draft.get("crops") if isinstance(draft, dict) else None
+        out = []
+        for c in crops if isinstance(crops, list) else ():
+            if (isinstance(c, list | tuple) and len(c) == 2 and all(type(v) is int for v in c)
+                    and c[0] >= 0 and c[1] > 0):
+                out.append((c[0], c[1]))
+        return out
+
     @classmethod
     def from_dict(cls, d: dict) -> TurnRecord:
         known = {f for f in cls.__dataclass_fields__}

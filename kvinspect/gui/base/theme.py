@@ -56,6 +56,11 @@ EVENT_MARKERS = {
     "context_limit": ("arrow_up", "#E3A008"),
 }
 
+#: The lines where generate() cropped a verification forward's rejected drafts off the cache (assisted and
+#: prompt-lookup decoding): a stored dip that is neither an eviction nor a new cache.
+DRAFT_REJECTED_COLOR = "#4FB6C9"
+DRAFT_REJECTED_LABEL = "draft rejected"
+
 #: Devices in the memory plot: CPU grey-blue, accelerators green shades, others cycled.
 DEVICE_COLORS = ("#6C8EBF", "#2DA44E", "#7DD87D", "#C9A227", "#B36AF5", "#21B3A1")
 #: Process memory series: RSS, the accelerator allocator's allocated and reserved bytes.

@@ -39,6 +39,20 @@ MAX_LINES = 200  # turn/recreate lines drawn as items; beyond that only the most
 MARKER_Y = (0.2, 0.52)  # rows in the event lane (0..1) for events at one step; turn labels sit on top
 
 
+def _draft_pen():
+    return pg.mkPen(th.DRAFT_REJECTED_COLOR, width=1, style=QtCore.Qt.PenStyle.DashDotLine)
+
+
+def draft_crops(turns, step: int | None = None) -> dict[int, int]:
+    """Step -> draft tokens cropped after it, over ``turns`` (up to ``step`` when replaying)."""
+    out: dict[int, int] = {}
+    for t in turns:
+        for at, n in t.rejected_drafts():
+            if step is None or at <= step:
+                out[at] = out.get(at, 0) + n
+    return out
+
+
 class PlotView(pg.GraphicsLayoutWidget):
     """The lanes' view (the model runs in another process: nothing waits for its paints)."""
 
@@ -65,6 +79,7 @@ class PlotsWidget(QtWidgets.QWidget):
         self._follow_top: float | None = None
         self.growing = False  # a generation is running (set by the window)
         self._spans_memo: dict = {}
+        self._drafts: dict[int, int] = {}  # step -> rejected drafts generate() cropped after it
         self._caching = True
         self._uncached: list = []
         # Items are cached as pixmaps in QPixmapCache (graphics/view_span.py); its default 10 MiB holds
@@ -155,6 +170,7 @@ class PlotsWidget(QtWidgets.QWidget):
                                  label_color=th.DARK.dim_text)
         self.recreate_lines = VLines(self.lanes, pg.mkPen(th.EVENT_MARKERS["cache_recreated"][1], width=2,
                                                           style=QtCore.Qt.PenStyle.DashLine))
+        self.draft_lines = VLines(self.lanes, _draft_pen())
         # In the lanes only while shown (show_step): a hidden InfiniteLine still re-places itself
         # on every view change, 0.1 ms each of a zoom's frame.
         self.cursor = [vline(th.DARK.cursor, width=2) for _ in self.lanes]
@@ -368,6 +384,8 @@ class PlotsWidget(QtWidgets.QWidget):
         self._turns_key = None
         self.turn_lines.place([])
         self.recreate_lines.place([])
+        self.draft_lines.place([])
+        self._drafts = {}
         self.markers.clear()
         self.show_step(None)
         self.pages.setCurrentIndex(0 if record is None else 1)
@@ -387,6 +405,9 @@ class PlotsWidget(QtWidgets.QWidget):
         chips = " ".join(
             f"<span style='color:{th.KIND_COLORS[k]}; font-size:13pt'>■</span>&nbsp;{th.KIND_LEGEND.get(k, k)}"
             for k in present)
+        if self._drafts:  # only when the record has any: a legend entry for nothing is noise
+            chips += (f" &nbsp;<span style='color:{th.DRAFT_REJECTED_COLOR}'>┆</span>&nbsp;"
+                      f"{th.DRAFT_REJECTED_LABEL}")
         self.legend.setText(f"<b>KV cache per layer</b> &nbsp;{chips}&nbsp; "
                             f"<span style='color:{self._theme.dim_text}'>stored:</span>")
 
@@ -420,6 +441,8 @@ class PlotsWidget(QtWidgets.QWidget):
             shown = [e for e in events if step is None or e.step <= step]
             recreated = [e for e in shown if e.kind == "cache_recreated"][-MAX_LINES:]
             self.recreate_lines.place([float(e.step) for e in recreated])
+            self._drafts = draft_crops(turns, step)
+            self.draft_lines.place([float(x) for x in sorted(self._drafts)][-MAX_LINES:])
             spots, at_step = [], {}
             for idx, e in enumerate(events):
                 if step is not None and e.step > step:
@@ -503,8 +526,12 @@ class PlotsWidget(QtWidgets.QWidget):
         seen = "–" if cell["seen"] < 0 else f"{cell['seen']:,}"
         stored = "–" if cell["stored"] < 0 else f"{cell['stored']:,}"
         turn = self.record.turn_of_step(step)
-        return (f"layer {layer} ({kind}) · step {step:,} (turn {turn + 1}) · seen {seen} · stored {stored} · "
+        text = (f"layer {layer} ({kind}) · step {step:,} (turn {turn + 1}) · seen {seen} · stored {stored} · "
                 f"window {window or '–'} · {fmt_bytes(cell['bytes'])} on {cell['device']}")
+        rejected = self._drafts.get(step)
+        if rejected:
+            text += f" · {th.DRAFT_REJECTED_LABEL}: {rejected:,} token{'s' if rejected != 1 else ''} cropped after this step"
+        return text
 
     def _on_click(self, ev) -> None:
         if ev.button() != QtCore.Qt.MouseButton.LeftButton or self.record is None:

@@ -229,6 +229,20 @@ def _event_lines(p: pg.PlotItem, events: list[Event], labels: bool) -> None:
         p.addItem(line, ignoreBounds=True)
 
 
+def _draft_lines(p: pg.PlotItem, legend: pg.LegendItem, record: TraceRecord, y_top: float) -> None:
+    """Where generate() cropped rejected drafts off the cache (assisted, prompt lookup): one thin line each,
+    one legend entry, so the stored dips read as what they are, not as an eviction."""
+    steps = sorted({s for t in record.turns for s, _n in t.rejected_drafts() if s < record.n_steps})
+    if not steps:
+        return
+    xs = np.repeat(np.asarray(steps, dtype=np.float64), 2)
+    ys = np.tile([0.0, y_top], len(steps))
+    item = p.plot(xs, ys, connect="pairs",
+                  pen=pg.mkPen(th.DRAFT_REJECTED_COLOR, width=1.2, style=QtCore.Qt.PenStyle.DashDotLine))
+    rejected = sum(n for t in record.turns for _s, n in t.rejected_drafts())
+    legend.addItem(item, f"{th.DRAFT_REJECTED_LABEL}: {rejected:,} draft tokens generate() cropped off the cache")
+
+
 def _legend(win: pg.GraphicsLayoutWidget, row: int, columns: int) -> pg.LegendItem:
     """A legend in its own layout row: inside a plot it would hide data or the turn labels."""
     # LabelItem sizes render smaller than QFont sizes of the same pt: +2 keeps the legend as legible as the axes.
@@ -272,7 +286,9 @@ def cache_figure(record: TraceRecord) -> pg.GraphicsLayoutWidget:
     seen_curve = top.plot(x, tot_seen, pen=pg.mkPen(R.seen, width=2.2, style=QtCore.Qt.PenStyle.DashLine))
     legend.addItem(seen_curve, "seen: tokens each layer has processed (Σ over layers)")
     legend.addItem(stored_curve, "stored: K/V rows the cache holds (Σ over layers)")
-    top.setYRange(0, max(float(np.nanmax(tot_seen)) if np.isfinite(tot_seen).any() else 1, 1) * 1.12, padding=0)
+    y_top = max(float(np.nanmax(tot_seen)) if np.isfinite(tot_seen).any() else 1, 1) * 1.12
+    top.setYRange(0, y_top, padding=0)
+    _draft_lines(top, legend, record, y_top)
     _turns(top, record, labels=True, y_label=max(float(np.nanmax(tot_seen)), 1) * 1.11)
     _event_lines(top, record.events, labels=True)
 
