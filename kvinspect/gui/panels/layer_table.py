@@ -21,6 +21,8 @@ COLUMNS = (
     ("window", "window", "Sliding window or attention chunk, in tokens"),
     ("seen", "seen", "Tokens the layer has seen"),
     ("stored", "stored", "K/V rows the layer holds now"),
+    ("batch", "rows", "K/V rows of the layer (beams, batched prompts): seen and stored are per row; end of the last "
+                      "turn. Shown when a cache holds more than one"),
     ("capacity", "capacity", "Rows it can hold (static caches, windows); – unbounded. At the end of the last turn"),
     ("device", "device", "Where the layer's keys are now"),
     ("dtype", "dtype", "K/V dtype (end of the last turn)"),
@@ -28,7 +30,7 @@ COLUMNS = (
     ("held_bytes", "held", "Bytes of the storages those tensors keep alive (views can pin more); end of the last turn"),
     ("reads_from", "reads", "Shared layers: the layer whose K/V they read (they store none)"),
 )
-NUMERIC = {"index", "window", "seen", "stored", "capacity", "bytes", "held_bytes"}
+NUMERIC = {"index", "window", "seen", "stored", "batch", "capacity", "bytes", "held_bytes"}
 SORT_ROLE = QtCore.Qt.ItemDataRole.UserRole
 
 
@@ -116,7 +118,7 @@ def layer_rows(record, step: int | None = None) -> list[dict]:
             base.update(kind=s.get("kind"), window=s.get("window"), capacity=s.get("capacity"),
                         dtype=s.get("dtype") or dtype, held_bytes=s.get("held_bytes"),
                         seen=s.get("seen"), stored=s.get("stored"), device=s.get("device"), bytes=s.get("bytes"),
-                        reads_from=s.get("reads_from"))
+                        reads_from=s.get("reads_from"), batch=s.get("batch"))
         if i < len(live):
             lv = live[i]
             base.update(seen=lv.get("seen"), stored=lv.get("stored"), device=lv.get("device"), bytes=lv.get("bytes"))
@@ -148,8 +150,10 @@ class LayerTable(QtWidgets.QWidget):
         self.view.verticalHeader().setDefaultSectionSize(22)
         self.view.horizontalHeader().setStretchLastSection(True)
         self.view.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Interactive)
-        for col, w in enumerate((50, 100, 64, 72, 64, 72, 64, 70, 80)):
+        for col, w in enumerate((50, 100, 64, 72, 64, 48, 72, 64, 70, 80)):
             self.view.setColumnWidth(col, w)
+        self._batch_col = next(i for i, c in enumerate(COLUMNS) if c[0] == "batch")
+        self.view.setColumnHidden(self._batch_col, True)
         self.view.selectionModel().selectionChanged.connect(self._on_select)
         self.view.setContextMenuPolicy(QtCore.Qt.ContextMenuPolicy.CustomContextMenu)
         self.view.customContextMenuRequested.connect(self._on_menu)
@@ -166,7 +170,10 @@ class LayerTable(QtWidgets.QWidget):
         if key == self._version:
             return
         self.record, self._version = record, key
-        self.model.set_rows(layer_rows(record, step))
+        rows = layer_rows(record, step)
+        self.model.set_rows(rows)
+        # Rows only where a cache holds several (beams, a batch): one everywhere else says nothing.
+        self.view.setColumnHidden(self._batch_col, not any((r.get("batch") or 1) > 1 for r in rows))
 
     def _on_menu(self, pos) -> None:
         menu = QtWidgets.QMenu(self)
