@@ -236,9 +236,11 @@ def _classes_line(c: dict) -> str:
     return f"cache {', '.join(c['cache']) or '-'}; layers {lay or '-'}"
 
 
-def diff_markdown(d: dict, heading: str = "##") -> str:
+def diff_markdown(d: dict, heading: str = "##", label: str | None = None) -> str:
+    """The section as Markdown; ``label`` (a configuration's name) goes in front of its heading."""
     na, nb = d["a"]["name"], d["b"]["name"]
-    out = [f"{heading} Where {md_text(na)} and {md_text(nb)} part", ""]
+    lead = f"{md_text(label)}: where" if label else "Where"
+    out = [f"{heading} {lead} {md_text(na)} and {md_text(nb)} part", ""]
     out += [f"- **{md_text(s['name'])}**: {md_text(_versions(s))}" + (f", trace {md_code(s['trace'])}" if s.get("trace")
                                                                     else "") for s in (d["a"], d["b"])]
     out.append("")
