@@ -28,6 +28,7 @@ from kvinspect.core import env as core_env
 from kvinspect.core.compare.once import rotated
 from kvinspect.core.compare.plan import RUNS_DIR, ComparePlan, CompareResult, ConfigResult, RunMetrics
 from kvinspect.core.compare.run import plan_units
+from kvinspect.core.compare.trace_diff import comparison_diffs
 from kvinspect.core.errors import ScriptError
 from kvinspect.core.text_safety import terminal_text
 from kvinspect.engine import protocol as P
@@ -201,7 +202,7 @@ def run_compare_in_engines(
             _conversation(engines, by_env, plan, wire, active, out, tick, stop, report_run)
         if (plan.turns_until_failure or plan.prompt_lengths) and not stop():
             _sections(engines, by_env, plan, result, [c for c in active if c.active], out, tick, stop)
-        result.diffs = _diffs(result, out)
+        result.diffs = comparison_diffs(result)
     finally:
         engines.close()
     result.cancelled = bool(stop())
@@ -411,37 +412,3 @@ def _sections(engines, by_env, plan: ComparePlan, result: CompareResult, active:
         if not result.length_prompts:
             result.length_prompts = dict(back.length_prompts)
             result.lengths_skipped = list(back.lengths_skipped)
-
-
-def _diffs(result: CompareResult, out: Path) -> list[dict]:
-    """Where the traces part: each configuration across two environments, or two configurations of one."""
-    from kvinspect.core.compare.trace_diff import diff_records
-    from kvinspect.core.trace.tracefile import read_trace
-
-    pairs: list[tuple[str, ConfigResult, ConfigResult]] = []
-    envs = list(dict.fromkeys(c.env for c in result.configs if c.env))
-    if len(envs) == 2:
-        for cfg in result.plan.configs:
-            a = next((c for c in result.configs if c.env == envs[0] and c.config.name == cfg.name), None)
-            b = next((c for c in result.configs if c.env == envs[1] and c.config.name == cfg.name), None)
-            if a is not None and b is not None:
-                pairs.append((cfg.name, a, b))
-    elif len(envs) <= 1 and len(result.configs) == 2:
-        a, b = result.configs
-        pairs.append((f"{a.name} vs {b.name}", a, b))
-    out_list = []
-    for label, a, b in pairs:
-        if not (a.runs and b.runs):
-            out_list.append({"config": label, "skip": f"{a.name if not a.runs else b.name} has no run to compare",
-                             "same": None})
-            continue
-        ra, rb = a.runs[0], b.runs[0]
-        try:
-            ta, tb = read_trace(out / ra.dir), read_trace(out / rb.dir)
-        except Exception as exc:  # noqa: BLE001 - a missing trace (the engine died first) is said, not raised
-            out_list.append({"config": label, "skip": f"a trace could not be read: {exc}", "same": None})
-            continue
-        names = (a.env, b.env) if a.env and b.env and a.env != b.env else (a.name, b.name)
-        d = diff_records(ta, tb, (str(names[0]), str(names[1])), (ra.dir, rb.dir))
-        out_list.append({"config": label, "skip": None, **d})
-    return out_list

@@ -363,9 +363,20 @@ class Engine:
         def on_run(result) -> None:
             self.out.send({"type": P.COMPARE_UPDATE, "id": rid, "report": build_report(result)})
 
-        # The chat session's observer is idle between turns, so nothing of the comparison lands in its stream.
-        result = run_compare(self.loaded, plan, req["out_dir"], progress=progress, cancel=self.cancel.is_set,
-                             on_run=on_run)
+        if req.get("envs"):
+            # Each environment's configurations run in engine children of this engine; it only orchestrates.
+            from kvinspect.engine.compare_children import ModelArgs, parse_env, run_compare_in_engines
+
+            envs = [parse_env(f"{e['name']}=" + (f"ssh:{e['host']}:{e.get('python') or 'python3'}" if e.get("host")
+                                                 else (e.get("python") or sys.executable))) for e in req["envs"]]
+            model = ModelArgs(self.loaded.spec, device=self.loaded.device, dtype=self.loaded.dtype,
+                              command=plan.command)
+            result = run_compare_in_engines(model, plan, req["out_dir"], envs=envs, progress=progress,
+                                            cancel=self.cancel.is_set, on_run=on_run)
+        else:
+            # The chat session's observer is idle between turns, so nothing of the comparison lands in its stream.
+            result = run_compare(self.loaded, plan, req["out_dir"], progress=progress, cancel=self.cancel.is_set,
+                                 on_run=on_run)
         self.out.send({"type": P.COMPARED, "id": rid, "report": build_report(result), "out_dir": str(result.out_dir)})
 
 

@@ -22,6 +22,8 @@ DIFF_FORMAT = "kvinspect-diff"
 CONTEXT = 16  # generated tokens shown before and after the first differing one
 FIELDS = (("seen", "seen"), ("stored", "stored"), ("nbytes", "bytes"))
 NO_DIFFERENCE = "no difference"
+#: Points per side kept for the overlay figure (cache.png); longer traces are strided.
+SERIES_POINTS = 2000
 
 
 def _side(name: str, record: TraceRecord, where: str | None) -> dict:
@@ -184,9 +186,25 @@ def _turns(a: TraceRecord, b: TraceRecord) -> list[dict]:
     return out
 
 
+def _series(a: TraceRecord, b: TraceRecord, groups: dict[str, list[int]]) -> list[dict]:
+    """Per layer kind, the stored rows of its first layer at every step on each side (the overlay figure's)."""
+    n = max(a.n_steps, b.n_steps)
+    stride = max(1, -(-n // SERIES_POINTS))
+    out = []
+    for kind, layers in groups.items():
+        i = layers[0]
+        out.append({
+            "kind": kind, "layer": i, "stride": stride,
+            "a": [int(v) for v in a.stored[::stride, i]], "b": [int(v) for v in b.stored[::stride, i]],
+            "turn_starts_a": [t.first_step for t in a.turns], "turn_starts_b": [t.first_step for t in b.turns],
+        })
+    return out
+
+
 def diff_records(a: TraceRecord, b: TraceRecord, names: tuple[str, str] = ("A", "B"),
-                 where: tuple[str | None, str | None] = (None, None)) -> dict:
-    """The diff section as JSON data. ``names`` label the sides (environments, configurations)."""
+                 where: tuple[str | None, str | None] = (None, None), *, series: bool = False) -> dict:
+    """The diff section as JSON data. ``names`` label the sides (environments, configurations); ``series``
+    adds each layer kind's stored rows per step on both sides (compare.json keeps them for cache.png)."""
     groups = _layer_kinds(a, b)
     d: dict[str, Any] = {
         "format": DIFF_FORMAT, "version": 1,
@@ -195,12 +213,48 @@ def diff_records(a: TraceRecord, b: TraceRecord, names: tuple[str, str] = ("A", 
         "classes": {"a": _classes(a, groups), "b": _classes(b, groups)},
         "checklist": _checklist(a, b), "turns": _turns(a, b),
     }
+    if series:
+        d["series"] = _series(a, b, groups)
     classes_same = d["classes"]["a"] == d["classes"]["b"]
     d["same"] = (all(p["same"] for p in d["layers"]) and d["tokens"]["same"] is not False
                  and not d["events"]["only_a"] and not d["events"]["only_b"] and classes_same
                  and not d["checklist"] and not d["turns"])
     d["classes_same"] = classes_same
     return d
+
+
+def comparison_diffs(result) -> list[dict]:
+    """Where the traces part: each configuration across two environments, or two configurations of one."""
+    from kvinspect.core.trace.tracefile import read_trace
+
+    out = result.out_dir
+    pairs: list[tuple] = []
+    envs = list(dict.fromkeys(c.env for c in result.configs if c.env))
+    if len(envs) == 2:
+        for cfg in result.plan.configs:
+            a = next((c for c in result.configs if c.env == envs[0] and c.config.name == cfg.name), None)
+            b = next((c for c in result.configs if c.env == envs[1] and c.config.name == cfg.name), None)
+            if a is not None and b is not None:
+                pairs.append((cfg.name, a, b))
+    elif len(envs) <= 1 and len(result.configs) == 2:
+        a, b = result.configs
+        pairs.append((f"{a.name} vs {b.name}", a, b))
+    out_list = []
+    for label, a, b in pairs:
+        if not (a.runs and b.runs):
+            out_list.append({"config": label, "skip": f"{a.name if not a.runs else b.name} has no run to compare",
+                             "same": None})
+            continue
+        ra, rb = a.runs[0], b.runs[0]
+        try:
+            ta, tb = read_trace(out / ra.dir), read_trace(out / rb.dir)
+        except Exception as exc:  # noqa: BLE001 - a missing trace (the engine died first) is said, not raised
+            out_list.append({"config": label, "skip": f"a trace could not be read: {exc}", "same": None})
+            continue
+        names = (a.env, b.env) if a.env and b.env and a.env != b.env else (a.name, b.name)
+        d = diff_records(ta, tb, (str(names[0]), str(names[1])), (ra.dir, rb.dir), series=True)
+        out_list.append({"config": label, "skip": None, **d})
+    return out_list
 
 
 # -- rendering --------------------------------------------------------------------------------------
