@@ -326,11 +326,11 @@ def cache_figure(data: dict) -> pg.GraphicsLayoutWidget | None:
 
 
 FIGURES = (
-    ("cache", cache_figure),
     ("latency_per_turn", latency_figure),
     ("memory_per_turn", memory_figure),
     ("stress", stress_figure),
     ("prompt_lengths", lengths_figure),
+    ("cache", cache_figure),
 )
 
 

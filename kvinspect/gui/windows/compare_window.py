@@ -204,7 +204,7 @@ class CompareWindow(QtWidgets.QWidget):
         box.setToolTip("Compare the same conversation in another environment too: each configuration runs in "
                        "its own engine there and here, and the report says where their caches part")
         grid = QtWidgets.QGridLayout(box)
-        self.env_on = QtWidgets.QCheckBox("Also run in another &environment")
+        self.env_on = QtWidgets.QCheckBox("Also run in another e&nvironment")
         self.env_name = QtWidgets.QLineEdit("other")
         self.env_name.setToolTip("A short name for it (letters, digits, . _ -): report columns and run folders")
         self.env_local = QtWidgets.QRadioButton("this machine")

@@ -114,7 +114,7 @@ def test_cache_figure_overlays_both_sides_per_layer_kind(qtbot, tmp_path):
     (d,) = data["diff"]
     assert [s["kind"] for s in d["series"]] == ["sliding", "full"]
     figs = dict(compare_figures.build_figures(data))
-    assert list(figs)[0] == "cache"
+    assert list(figs) == ["latency_per_turn", "memory_per_turn", "cache"]
     w = figs["cache"]
     qtbot.addWidget(w)
     for col, s in enumerate(d["series"]):
