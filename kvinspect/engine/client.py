@@ -98,8 +98,10 @@ class EngineChild:
     def start(self, timeout: float = HELLO_TIMEOUT_S) -> dict:
         """Start the child and exchange hellos; the engine's hello (its versions) is returned."""
         try:
+            # Its own session: a Ctrl-C in the terminal reaches this process only, which cancels the run in
+            # flight over the protocol (the child stops at its next token) instead of killing every engine.
             self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=self.env, bufsize=0)
+                                         stderr=subprocess.PIPE, env=self.env, bufsize=0, start_new_session=True)
         except OSError as exc:
             raise EngineDied(f"the engine did not start: {terminal_text(self.command[0])}: {exc.strerror or exc}",
                              None, None) from None

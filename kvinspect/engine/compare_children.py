@@ -150,6 +150,10 @@ class _Engines:
         if child is not None:
             child.kill()
 
+    def kill(self) -> None:
+        for child in [*self.by_key.values(), *self.spare.values()]:
+            child.kill()
+
     def close(self) -> None:
         for child in [*self.by_key.values(), *self.spare.values()]:
             try:
@@ -203,6 +207,9 @@ def run_compare_in_engines(
         if (plan.turns_until_failure or plan.prompt_lengths) and not stop():
             _sections(engines, by_env, plan, result, [c for c in active if c.active], out, tick, stop)
         result.diffs = comparison_diffs(result)
+    except BaseException:
+        engines.kill()  # a second Ctrl-C, a bug: nothing is waited for
+        raise
     finally:
         engines.close()
     result.cancelled = bool(stop())
@@ -227,7 +234,9 @@ def _setup(engines: _Engines, envs: list[Environment], named: bool, plan: Compar
             if not named:
                 raise
             # The other environments still run: this one's configurations are failed, with why.
-            why = f"the {env.name} engine could not load {engines.model.spec}: {exc}"
+            why = f"the {env.name} engine could not set up {engines.model.spec}: {exc}"
+            if "unknown request" in str(exc):
+                why += " (an older kvinspect there: install the same kvinspect version in every environment)"
             environments.append({**env.to_dict(), "error": str(exc)})
             for cfg in plan.configs:
                 rows.append(ConfigResult(cfg, status="failed", reason=why, env=env.name))
