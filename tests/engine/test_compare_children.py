@@ -65,3 +65,25 @@ def test_env_flags():
             parse_env(bad)
     with pytest.raises(KvInspectError, match="twice"):
         parse_envs(["a=python", "a=python3"])
+
+
+def test_stress_and_sweep_in_engines_match_in_process(tmp_path):
+    from kvinspect.core.compare.run import run_compare
+    from tests.conftest import load_cached
+
+    script = ChatScript(turns=["hello there", "second turn"], settings=GenerationSettings(max_new_tokens=20))
+    plan = ComparePlan(configs=parse_configs("dynamic,static"), script=script, repeat=1, conversation=False,
+                       turns_until_failure=6, prompt_lengths=[24, 48], max_cache_len=150)
+    engines = build_report(run_compare_in_engines(ModelArgs("tiny-llama"), plan, tmp_path / "e"))
+    here = build_report(run_compare(load_cached("tiny-llama"), plan, tmp_path / "p"))
+    keys = ("name", "status", "failed_at_turn", "failure_kind", "tokens_at_failure", "cache_rows_needed",
+            "turns_completed")
+    assert [{k: c[k] for k in keys} for c in engines["stress"]["configs"]] == \
+        [{k: c[k] for k in keys} for c in here["stress"]["configs"]]
+    assert engines["stress"]["configs"][1]["status"] == "failed"  # static overflows its 150 rows
+    assert engines["lengths"]["prompt_tokens"] == here["lengths"]["prompt_tokens"] == {"24": 24, "48": 48}
+    for c in engines["lengths"]["configs"]:
+        assert [p["prompt_tokens"] for p in c["points"]] == [24, 48]
+        for r in c["runs"]:
+            assert (tmp_path / "e" / r["dir"] / "trace.jsonl").is_file()
+    assert engines["diff"] == []  # no conversation: nothing to set side by side

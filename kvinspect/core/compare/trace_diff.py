@@ -228,6 +228,8 @@ def comparison_diffs(result) -> list[dict]:
     from kvinspect.core.trace.tracefile import read_trace
 
     out = result.out_dir
+    if not result.plan.conversation:
+        return []  # stress and the sweep are not one conversation on both sides
     pairs: list[tuple] = []
     envs = list(dict.fromkeys(c.env for c in result.configs if c.env))
     if len(envs) == 2:
