@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -149,7 +150,7 @@ def ratio_spread(result) -> dict[str, dict[str, tuple]]:
                 if x and y:
                     rs.append(x / y)
             rs.sort()
-            med = rs[len(rs) // 2] if rs else None
+            med = statistics.median(rs) if rs else None
             figs[key] = (rs, (rs[-1] - rs[0]) / med if med else None)
         out[c.name] = figs
     return out
