@@ -215,8 +215,14 @@ def diff_records(a: TraceRecord, b: TraceRecord, names: tuple[str, str] = ("A", 
     }
     if series:
         d["series"] = _series(a, b, groups)
+    notes = []
+    if a.n_layers != b.n_layers or d["a"]["model"] != d["b"]["model"]:
+        # Still compared layer by layer (the first min(n) layers): say so rather than refuse a fork's checkpoint.
+        notes.append(f"the traces are of different models: {d['a']['model']} ({a.n_layers} layers) and "
+                     f"{d['b']['model']} ({b.n_layers} layers)")
+    d["notes"] = notes
     classes_same = d["classes"]["a"] == d["classes"]["b"]
-    d["same"] = (all(p["same"] for p in d["layers"]) and d["tokens"]["same"] is not False
+    d["same"] = (not notes and all(p["same"] for p in d["layers"]) and d["tokens"]["same"] is not False
                  and not d["events"]["only_a"] and not d["events"]["only_b"] and classes_same
                  and not d["checklist"] and not d["turns"])
     d["classes_same"] = classes_same
@@ -300,6 +306,7 @@ def diff_markdown(d: dict, heading: str = "##", label: str | None = None) -> str
     out += [f"- **{md_text(s['name'])}**: {md_text(_versions(s))}" + (f", trace {md_code(s['trace'])}" if s.get("trace")
                                                                     else "") for s in (d["a"], d["b"])]
     out.append("")
+    out += [f"> {md_text(n)}" for n in d.get("notes") or []] + ([""] if d.get("notes") else [])
     if d["same"]:
         out += [f"{NO_DIFFERENCE.capitalize()}: the caches, replies, events, classes and checklists are the same.", ""]
         return "\n".join(out)
@@ -355,6 +362,7 @@ def diff_text(d: dict) -> str:
     """The same section for a terminal (the caller prints it through the escaping echo)."""
     na, nb = d["a"]["name"], d["b"]["name"]
     lines = [f"{s['name']}: {_versions(s)}" + (f" ({s['trace']})" if s.get("trace") else "") for s in (d["a"], d["b"])]
+    lines += [f"note: {n}" for n in d.get("notes") or []]
     if d["same"]:
         return "\n".join(lines + [f"{NO_DIFFERENCE}: the caches, replies, events, classes and checklists are the same"])
     for p in d["layers"]:

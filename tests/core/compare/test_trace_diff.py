@@ -100,3 +100,17 @@ def test_trace_text_is_data_in_the_diff():
     text, md = diff_text(d), diff_markdown(d)
     assert "\x1b" not in text and "\x07" not in text
     assert "\x1b" not in md and "<img" not in md and "**b**" not in md
+
+
+def test_bad_input_is_one_line_and_other_models_are_named(traces, tmp_path, capsys):
+    from kvinspect.core.trace.record import TraceRecord
+
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not a trace\n")
+    for args in ([traces["reuse"], tmp_path / "missing"], [junk, traces["reuse"]],
+                 ["--names", "same,same", traces["reuse"], traces["reuse"]]):
+        rc, out, err = cli_main(["diff", *args], capsys)
+        assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and err.startswith("kvinspect: error: ")
+    small = TraceRecord(2, {"model": {"spec": "other"}, "layers": [{"index": 0, "config_attention": "full"}] * 2})
+    d = diff_records(read_trace(traces["reuse"]), small)
+    assert not d["same"] and "different models" in d["notes"][0] and "note: " in diff_text(d)
