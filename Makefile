@@ -17,7 +17,7 @@ XDIST_ENV = $(if $(filter 0,$(TEST_JOBS)),,OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1
 COMPAT_VENV ?= .venv-tf456
 COMPAT_TRANSFORMERS ?= transformers==4.56.2
 
-.PHONY: setup run fetch lint test test-xvfb test-compat screenshot bench clean fuzz
+.PHONY: setup run fetch lint test test-xvfb test-compat test-compare-env screenshot bench clean fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,12 @@ $(COMPAT_VENV)/.installed: pyproject.toml
 test-compat: $(COMPAT_VENV)/.installed fetch
 	KVINSPECT_REQUIRE_SMOLLM2=1 $(XDIST_ENV) \
 		$(COMPAT_VENV)/bin/python -m pytest -q -p no:qt -p no:xvfb -m "not e2e" $(XDIST) tests/core $(PYTEST_ARGS)
+
+# One comparison across two environments (this venv and the compat venv), each configuration in its
+# own engine child; both engines run this checkout (PYTHONPATH), whatever the compat venv holds.
+test-compare-env: $(STAMP) $(COMPAT_VENV)/.installed fetch
+	KVINSPECT_REQUIRE_SMOLLM2=1 KVINSPECT_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python PYTHONPATH=$(CURDIR) \
+		$(PY) -m pytest -q -p no:qt -p no:xvfb tests/compare_env $(PYTEST_ARGS)
 
 screenshot: fetch
 	QT_QPA_PLATFORM=offscreen $(VENV)/bin/kvinspect gui --model tiny-gemma3 --script resources/scripts/demo.json \

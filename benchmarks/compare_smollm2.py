@@ -9,6 +9,11 @@ plots, every run's trace) goes to --out.
     .venv/bin/python benchmarks/compare_smollm2.py                       # dynamic,static,nocache ×3
     .venv/bin/python benchmarks/compare_smollm2.py --configs dynamic,static,static+compile --repeat 5
     .venv/bin/python benchmarks/compare_smollm2.py --prompt-lengths 32,256,1024 --repeat 3
+    .venv/bin/python benchmarks/compare_smollm2.py --noise --repeat 6 --max-new-tokens 16   # in-process vs engines
+
+``--engines`` runs every configuration in its own engine child (what ``kvinspect compare`` does);
+``--noise`` runs the same plan both ways, in-process first, and prints the spread of the per-repeat
+ratios (configuration ÷ baseline within one repeat) for each: (max − min) ÷ median.
 
 Timings are the machine's, not assertions: run it when the machine is quiet and read the spread.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -41,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-lengths", default=None, help="run the length sweep instead of the conversation")
     ap.add_argument("--out", default=None, help="report folder (default: a temporary folder)")
     ap.add_argument("--plots", action="store_true", help="render the plot images too")
+    ap.add_argument("--engines", action="store_true", help="every configuration in its own engine child")
+    ap.add_argument("--noise", action="store_true", help="in-process, then engines: the per-repeat ratio spread")
     args = ap.parse_args(argv)
+    if args.noise:
+        return _noise(args)
 
     import torch
 
@@ -63,6 +73,15 @@ def main(argv: list[str] | None = None) -> int:
                        command=["python", "benchmarks/compare_smollm2.py", *(argv or sys.argv[1:])]).validate()
     out = Path(args.out or tempfile.mkdtemp(prefix="kvinspect-compare-bench-"))
     t0 = time.perf_counter()
+    if args.engines:
+        from kvinspect.engine.compare_children import ModelArgs, run_compare_in_engines
+
+        result = run_compare_in_engines(ModelArgs(args.model, device=args.device), plan, out,
+                                        progress=lambda d, t, m: print(f"  [{d}/{t}] {m}", file=sys.stderr, flush=True))
+        write_report(result, out, plots=False)
+        print(summary_text(result))
+        _print_ratio_spread("engine children", result)
+        return 0
     lm = load_model(args.model, device=args.device)
     v = versions()
     print(f"model {lm.name} ({type(lm.model).__name__}, {lm.dtype}) on {lm.device}, loaded in {lm.load_seconds:.1f} s; "
@@ -100,8 +119,60 @@ def main(argv: list[str] | None = None) -> int:
     for c in result.configs:
         if c.status != "ran":
             print(f"{c.name}: {c.status}: {c.reason}")
+    _print_ratio_spread("in-process", result)
     print(f"\nload average {os.getloadavg()[0]:.2f} at end; wall {time.perf_counter() - t0:.0f} s; "
           f"report {files.markdown}")
+    return 0
+
+
+def _run_figures(run) -> dict:
+    ok = [t for t in run.turns if t["status"] == "ok"]
+    rates = sorted(t["tokens_per_s"] for t in ok if t["tokens_per_s"])
+    return {"conversation_s": sum(t["total_s"] for t in ok) if len(ok) == len(run.turns) else None,
+            "decode_tokens_per_s": rates[len(rates) // 2] if rates else None}
+
+
+def ratio_spread(result) -> dict[str, dict[str, tuple]]:
+    """Per configuration and figure: the per-repeat ratios against the baseline run of the same repeat, and
+    their spread (max − min) ÷ median."""
+    from kvinspect.core.compare.report import baseline_name
+
+    base = result.config(baseline_name(result))
+    out = {}
+    for c in result.configs:
+        if c is base or not c.runs:
+            continue
+        figs = {}
+        for key in ("conversation_s", "decode_tokens_per_s"):
+            rs = []
+            for a, b in zip(c.runs, base.runs):
+                x, y = _run_figures(a)[key], _run_figures(b)[key]
+                if x and y:
+                    rs.append(x / y)
+            rs.sort()
+            med = statistics.median(rs) if rs else None
+            figs[key] = (rs, (rs[-1] - rs[0]) / med if med else None)
+        out[c.name] = figs
+    return out
+
+
+def _print_ratio_spread(label: str, result) -> dict:
+    spread = ratio_spread(result)
+    print(f"\nper-repeat ratio spread, {label} ((max − min) ÷ median of configuration ÷ baseline per repeat):")
+    for name, figs in spread.items():
+        cells = [f"{k}: {', '.join(f'{x:.3f}' for x in rs)} → spread {sp:.3f}" if sp is not None else f"{k}: –"
+                 for k, (rs, sp) in figs.items()]
+        print(f"  {name:<16} " + " | ".join(cells))
+    return spread
+
+
+def _noise(args) -> int:
+    base = [a for a in sys.argv[1:] if a != "--noise"]
+    for mode in ([], ["--engines"]):
+        print(f"\n=== {'engine children' if mode else 'in-process'} ===", flush=True)
+        rc = main(base + mode)
+        if rc:
+            return rc
     return 0
 
 

@@ -23,7 +23,7 @@ EXIT_FAULT = 1
 EXIT_USAGE = 2
 
 #: Subcommand modules under kvinspect.commands, in the order --help lists them.
-COMMANDS = ("run", "report", "view", "tokens", "compare", "trace", "models", "gui", "engine")
+COMMANDS = ("run", "report", "view", "tokens", "compare", "diff", "trace", "models", "gui", "engine")
 
 
 #: Environment variables kvinspect sets for its own process only (not for a traced program).

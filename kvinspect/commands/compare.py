@@ -19,9 +19,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "compare",
         help="run one conversation under several cache configurations; write compare.md/json and plots",
-        description="Run the same scripted conversation under several cache configurations in one process "
-                    "(interleaved between repeats) and write compare.md, compare.json, plots and every run's "
-                    "trace. " + SECTIONS_HELP)
+        description="Run the same scripted conversation under several cache configurations, each in its own "
+                    "engine process (interleaved between repeats), optionally in several environments (--env), "
+                    "and write compare.md, compare.json, plots and every run's trace. " + SECTIONS_HELP)
     add_model_args(p)
     p.add_argument("--script", metavar="FILE", help="chat script JSON (see docs/trace-format.md)")
     p.add_argument("--configs", default=DEFAULT_CONFIGS, metavar="LIST",
@@ -53,6 +53,12 @@ def add_parser(sub) -> None:
                    help="torch.compile mode for static+compile (default: reduce-overhead on CUDA, default elsewhere)")
     p.add_argument("--baseline", default=None, metavar="NAME",
                    help="the configuration whose greedy replies the others must equal (default: the first)")
+    p.add_argument("--env", action="append", default=None, metavar="NAME=PYTHON",
+                   help="an environment to compare in (repeatable): NAME=PYTHON (another interpreter, e.g. another "
+                        "transformers version) or NAME=ssh:HOST:PYTHON; every environment runs every configuration, "
+                        "and with two the report says where their traces part")
+    p.add_argument("--in-process", action="store_true",
+                   help="run every configuration in this process instead of an engine child each (no --env)")
     p.add_argument("--no-plots", action="store_true", help="skip the plot images")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-turn progress lines")
 
@@ -184,11 +190,14 @@ class _Interrupt:
 def main(args, argv) -> int:
     from ..child_render import render_in_child
     from ..core.compare.report import write_report
-    from ..core.compare.run import run_compare
     from ..core.errors import ScriptError
-    from ..core.model.loading import load_model, resolve_spec
+    from ..core.model.loading import resolve_spec
+    from ..engine.compare_children import parse_envs
 
     plan = build_plan(args, argv)
+    envs = parse_envs(args.env)
+    if args.in_process and envs:
+        raise ScriptError("--in-process runs in this Python only; it cannot be combined with --env")
     resolve_spec(args.model)  # fail fast, before torch is imported
     out = out_arg(args.out)
 
@@ -198,11 +207,20 @@ def main(args, argv) -> int:
 
     # With --overwrite the earlier comparison comes back unless this one's measurements reach the disk.
     with prepare_out(out, args.overwrite) as claimed:
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                            progress=None if args.quiet else progress_printer("loading " + args.model))
         with _Interrupt() as interrupted:
-            result = run_compare(loaded, plan, out, progress=progress, cancel=interrupted)
+            if args.in_process:
+                result = _in_process(args, plan, out, progress, interrupted)
+            else:
+                from ..engine.compare_children import ModelArgs, run_compare_in_engines
+
+                model = ModelArgs(args.model, device=args.device, dtype=args.dtype,
+                                  trust_remote_code=args.trust_remote_code, command=plan.command)
+                result = run_compare_in_engines(model, plan, out, envs=envs, progress=progress, cancel=interrupted)
         claimed.replaced()
+    for e in result.environments:
+        echo(f"environment {e['name']}: kvinspect {e.get('kvinspect') or '?'}, transformers "
+             f"{e.get('transformers') or '?'}, torch {e.get('torch') or '?'}, device {e.get('device') or '?'}"
+             + (f" ({e['error']})" if e.get("error") else ""))
     files = write_report(result, out, plots=not args.no_plots, renderer=render_in_child)
     text = summary_text(result)
     if text:
@@ -210,6 +228,7 @@ def main(args, argv) -> int:
     for c in result.configs:
         if c.status != "ran":
             echo(f"{c.name}: {c.status}: {c.reason}")
+    _print_diffs(result.diffs)
     for n in files.notes:
         echo(n)
     print(f"\nreport: {files.markdown}\ndata: {files.json}")
@@ -223,6 +242,23 @@ def main(args, argv) -> int:
         # The files list every skip with its reason; the exit status says nothing was measured.
         raise ScriptError(unmeasured[0])
     return 0
+
+
+def _print_diffs(diffs: list[dict]) -> None:
+    from ..core.compare.trace_diff import diff_text
+
+    for d in diffs:
+        echo(f"\nwhere they part, {d['config']}:")
+        echo(f"  not compared: {d['skip']}" if d.get("skip") else diff_text(d))
+
+
+def _in_process(args, plan, out, progress, interrupted):
+    from ..core.compare.run import run_compare
+    from ..core.model.loading import load_model
+
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                        progress=None if args.quiet else progress_printer("loading " + args.model))
+    return run_compare(loaded, plan, out, progress=progress, cancel=interrupted)
 
 
 def summary_text(result) -> str:

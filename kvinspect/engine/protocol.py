@@ -30,12 +30,14 @@ CONFIGURE = "configure"
 NEW_CHAT = "new_chat"
 CHECK = "check"
 COMPARE = "compare"
+COMPARE_SETUP = "compare_setup"  # what a comparison would run here (availability, capacities, model facts)
+COMPARE_RUN = "compare_run"  # one run of one configuration (a parent process interleaves the runs)
 SHUTDOWN = "shutdown"
 STOP = "stop"  # no id: the running turn stops after its current token
 CANCEL = "cancel"  # no id: a load/fetch at its next stage, a comparison at its next token
 
 #: Requests queued for the engine's request loop (one at a time, in order).
-REQUESTS = frozenset({LOAD, FETCH, TURN, CONFIGURE, NEW_CHAT, CHECK, COMPARE, SHUTDOWN})
+REQUESTS = frozenset({LOAD, FETCH, TURN, CONFIGURE, NEW_CHAT, CHECK, COMPARE, COMPARE_SETUP, COMPARE_RUN, SHUTDOWN})
 #: Handled the moment they arrive, even while a request runs.
 SIGNALS = frozenset({STOP, CANCEL})
 
@@ -52,10 +54,12 @@ CHECKED = "checked"  # one per configuration name of a check request
 COMPARE_PROGRESS = "compare_progress"
 COMPARE_UPDATE = "compare_update"  # the compare.json document so far, after every finished run
 COMPARED = "compared"  # terminal reply to compare: the compare.json document
+COMPARE_READY = "compare_ready"  # terminal reply to compare_setup
+RUN_DONE = "run_done"  # terminal reply to compare_run: the run's figures (compare.json's run object)
 DONE = "done"  # terminal reply to configure, new_chat, check
 BYE = "bye"  # the engine's last line before it exits after a shutdown
 
-TERMINAL = frozenset({ERROR, CANCELLED, LOADED, FETCHED, TURN_DONE, COMPARED, DONE, BYE})
+TERMINAL = frozenset({ERROR, CANCELLED, LOADED, FETCHED, TURN_DONE, COMPARED, COMPARE_READY, RUN_DONE, DONE, BYE})
 
 #: Seconds between two heartbeats; the window calls an engine silent for much longer "not responding".
 HEARTBEAT_S = 1.0
@@ -71,7 +75,12 @@ class ProtocolError(Exception):
 
 
 def engine_hello(kvinspect_version: str, **extra: Any) -> dict:
-    return {"type": HELLO, "protocol": PROTOCOL_VERSION, "kvinspect": kvinspect_version, **extra}
+    """The engine's first line. ``versions`` (transformers, torch, … from package metadata, nothing imported)
+    lets a comparison across environments name what each engine runs before it loads anything."""
+    from kvinspect.core import env
+
+    return {"type": HELLO, "protocol": PROTOCOL_VERSION, "kvinspect": kvinspect_version,
+            "versions": env.versions(), **extra}
 
 
 def client_hello(kvinspect_version: str, *, local: bool = True) -> dict:
@@ -274,7 +283,15 @@ def _request_schemas() -> dict:
         CONFIGURE: _obj(configure),
         NEW_CHAT: _obj({}), SHUTDOWN: _obj({}), STOP: _obj({}), CANCEL: _obj({}),
         CHECK: _obj({"names": _list(_str(MAX_NAME_CHARS), 1000)}, required=("names",)),
-        COMPARE: _obj({"plan": plan, "out_dir": _str(MAX_PATH_CHARS)}, required=("plan", "out_dir")),
+        COMPARE: _obj({"plan": plan, "out_dir": _str(MAX_PATH_CHARS),
+                       "envs": _opt(_list(_obj({"name": _str(MAX_NAME_CHARS), "python": path, "host": name},
+                                               required=("name",)), 16))},
+                      required=("plan", "out_dir")),
+        COMPARE_SETUP: _obj({"plan": plan}, required=("plan",)),
+        COMPARE_RUN: _obj({"plan": plan, "out_dir": _str(MAX_PATH_CHARS), "config": _str(MAX_NAME_CHARS),
+                           "kind": _str(MAX_NAME_CHARS), "repeat": _int(1, 10_000), "dir": _str(MAX_PATH_CHARS),
+                           "max_cache_len": _opt(_int(1, 2**31)), "label": name},
+                          required=("plan", "out_dir", "config", "kind", "repeat", "dir")),
     }
 
 

@@ -363,10 +363,70 @@ class Engine:
         def on_run(result) -> None:
             self.out.send({"type": P.COMPARE_UPDATE, "id": rid, "report": build_report(result)})
 
-        # The chat session's observer is idle between turns, so nothing of the comparison lands in its stream.
-        result = run_compare(self.loaded, plan, req["out_dir"], progress=progress, cancel=self.cancel.is_set,
-                             on_run=on_run)
+        if req.get("envs"):
+            # Each environment's configurations run in engine children of this engine; it only orchestrates.
+            from kvinspect.engine.compare_children import ModelArgs, parse_env, run_compare_in_engines
+
+            envs = [parse_env(f"{e['name']}=" + (f"ssh:{e['host']}:{e.get('python') or 'python3'}" if e.get("host")
+                                                 else (e.get("python") or sys.executable))) for e in req["envs"]]
+            model = ModelArgs(self.loaded.spec, device=self.loaded.device, dtype=self.loaded.dtype,
+                              command=plan.command)
+            result = run_compare_in_engines(model, plan, req["out_dir"], envs=envs, progress=progress,
+                                            cancel=self.cancel.is_set, on_run=on_run)
+        else:
+            # The chat session's observer is idle between turns, so nothing of the comparison lands in its stream.
+            result = run_compare(self.loaded, plan, req["out_dir"], progress=progress, cancel=self.cancel.is_set,
+                                 on_run=on_run)
         self.out.send({"type": P.COMPARED, "id": rid, "report": build_report(result), "out_dir": str(result.out_dir)})
+
+
+    def _do_compare_setup(self, req: dict) -> None:
+        from kvinspect.core import env
+        from kvinspect.core.compare.configs import unavailable_reason
+        from kvinspect.core.compare.metrics import memory_kind
+        from kvinspect.core.compare.once import default_max_cache_len, model_info
+
+        if self.loaded is None:
+            raise KvInspectError("load a model first")
+        plan = P.plan_from_wire(req["plan"])
+        configs = []
+        for cfg in plan.configs:
+            reason = unavailable_reason(self.loaded, cfg)
+            cap = (plan.max_cache_len or default_max_cache_len(self.loaded)) if cfg.uses_static and not reason else None
+            configs.append({"name": cfg.name, "reason": reason, "max_cache_len": cap})
+        gc_impl = getattr(getattr(self.loaded.model, "generation_config", None), "cache_implementation", None)
+        self.out.send({"type": P.COMPARE_READY, "id": req.get("id"), "model": model_info(self.loaded),
+                       "device": self.loaded.device, "memory_kind": memory_kind(self.loaded.device),
+                       "configs": configs, "cache_implementation": gc_impl, "versions": env.versions(),
+                       "machine": env.machine(), "pid": os.getpid(), "host": socket.gethostname(),
+                       "executable": sys.executable})
+
+    def _do_compare_run(self, req: dict) -> None:
+        """One run of one configuration into ``out_dir/dir``: the parent decides the order (interleaving)."""
+        from pathlib import Path
+
+        from kvinspect.core.compare.configs import parse_config
+        from kvinspect.core.compare.once import run_once, turn_message
+        from kvinspect.core.session.script import ChatScript
+
+        if self.loaded is None:
+            raise KvInspectError("load a model first")
+        plan = P.plan_from_wire(req["plan"])
+        assert plan.script is not None, "validate() refuses a conversation without a script"
+        script = ChatScript(turns=list(plan.script.turns), system=plan.script.system, settings=plan.settings)
+        cfg = parse_config(req["config"])
+        rid = req.get("id")
+        label = req.get("label") or req["config"]
+        tag = "warm-up" if req["kind"] == "warmup" else f"r{req['repeat']}"
+
+        def on_turn(t) -> None:
+            self.out.send({"type": P.COMPARE_PROGRESS, "id": rid, "done": 1, "total": len(script.turns),
+                           "message": turn_message(label, tag, t, len(script.turns))})
+
+        run = run_once(self.loaded, plan, cfg, script, Path(req["out_dir"]), req["dir"], kind=req["kind"],
+                       repeat=req["repeat"], max_cache_len=req.get("max_cache_len"), should_stop=self.cancel.is_set,
+                       on_turn=on_turn)
+        self.out.send({"type": P.RUN_DONE, "id": rid, "run": run.to_dict(), "cancelled": self.cancel.is_set()})
 
 
 def _share_cores() -> None:

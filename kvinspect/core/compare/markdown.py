@@ -108,7 +108,19 @@ def markdown(d: dict) -> str:
     ]
     if d.get("script"):
         facts.insert(2, f"script {md_text(plan.get('script') or '(inline)')}: {len(d['script']['turns'])} turns")
+    envs = d.get("environments") or []
+    if envs:
+        facts[1] = f"{len(envs)} environments (each configuration in its own engine child)"
     out += [" · ".join(facts), ""]
+    if envs:
+        out += ["| environment | kvinspect | transformers | torch | device | python |", "|---|---|---|---|---|---|"]
+        out += [f"| **{md_text(e['name'])}** | {md_text(e.get('kvinspect') or DASH)} | "
+                f"{md_text(e.get('transformers') or DASH)} | {md_text(e.get('torch') or DASH)} | "
+                f"{md_text(e.get('device') or DASH)} | "
+                + (md_code(e.get("python")).replace("|", "\\|") if e.get("python") else DASH)
+                + ("" if not e.get("host") else f" on {md_code(e['host']).replace('|', '&#124;')}")
+                + (f" (not started: {md_text(e['error'])})" if e.get("error") else "") + " |" for e in envs]
+        out.append("")
     if d.get("cancelled"):
         out += ["> **Cancelled**: the figures below cover only what finished before Cancel.", ""]
     if d.get("nothing_measured"):
@@ -121,6 +133,7 @@ def markdown(d: dict) -> str:
     if plan.get("conversation"):
         out += _conversation(configs, base, mem)
         out += _correctness(d.get("correctness"))
+    out += _diffs(d.get("diff") or [])
     skipped = [c for c in configs if c["status"] != "ran"]
     if skipped:
         out += ["## Skipped", ""]
@@ -139,6 +152,27 @@ def markdown(d: dict) -> str:
     out += [f"- {n}" for n in _standard_notes(d)] + [f"- {md_text(n)}" for n in d.get("notes") or []]
     out.append("")
     return "\n".join(out)
+
+
+def _diffs(diffs: list[dict]) -> list[str]:
+    """Where two environments' (or two configurations') repeat-1 traces part (:mod:`.trace_diff`)."""
+    if not diffs:
+        return []
+    from kvinspect.core.compare.trace_diff import diff_markdown
+
+    out = ["## Where they part", "",
+           "The first repeat's traces compared by what the cache did (never timings): `kvinspect diff` prints "
+           "the same for any two traces.", ""]
+    for d in diffs:
+        if d.get("skip"):
+            out += [f"### {md_text(d['config'])}", "", f"Not compared: {md_text(d['skip'])}.", ""]
+        else:
+            out += [diff_markdown(d, "###", label=d["config"]), ""]
+    return out
+
+
+def _env_col(configs: list[dict]) -> bool:
+    return any(c.get("env") for c in configs)
 
 
 def _correctness(doc: dict | None) -> list[str]:
@@ -179,36 +213,42 @@ def _conversation(configs: list[dict], base: str | None, mem: str) -> list[str]:
            "Medians over measured turns (TTFT, decode) or whole conversations (latency) of every repeat; "
            "[min–max] across repeats. Failed and cancelled turns are left out of the timings.", ""]
     rows = []
+    env = _env_col(ran)
     for c in ran:
         sm = c["summary"]
         fails = sm["turns_failed"]
         rows.append([
-            f"**{md_text(c['name'])}**", spread(sm["ttft_s"]), spread(sm["conversation_s"]),
+            f"**{md_text(c['name'])}**", *([md_text(c.get("env") or DASH)] if env else []),
+            spread(sm["ttft_s"]), spread(sm["conversation_s"]),
             spread(sm["decode_tokens_per_s"], fmt_rate),
             _list(sm["prefill_tokens_per_turn"]), _bytes(sm["peak_kv_bytes"]), _bytes(sm["peak_memory_bytes"]),
             f"{fails}/{sm['turns_total']}" if fails else "0",
         ])
-    out += _table(["configuration", "TTFT", "conversation latency", "decode tok/s", "prefill tokens per turn",
-                   "peak KV", mem, "failed turns"], rows)
+    out += _table(["configuration", *(["environment"] if env else []), "TTFT", "conversation latency",
+                   "decode tok/s", "prefill tokens per turn", "peak KV", mem, "failed turns"], rows,
+                  "ll" + "r" * 7 if env else None)
     out.append("")
     b = next((c for c in ran if c["name"] == base), None)
     if b is not None and len(ran) > 1:
         bs = b["summary"]
         out += [f"Relative to **{md_text(base)}** (median ÷ median; below 1× is faster or smaller):", ""]
-        rows = [[f"**{md_text(c['name'])}**", ratio(med(c["summary"]["ttft_s"]), med(bs["ttft_s"])),
+        rows = [[f"**{md_text(c['name'])}**", *([md_text(c.get("env") or DASH)] if env else []),
+                 ratio(med(c["summary"]["ttft_s"]), med(bs["ttft_s"])),
                  ratio(med(c["summary"]["conversation_s"]), med(bs["conversation_s"])),
                  ratio(med(c["summary"]["decode_tokens_per_s"]), med(bs["decode_tokens_per_s"])),
                  ratio(c["summary"]["peak_kv_bytes"], bs["peak_kv_bytes"])] for c in ran if c["name"] != base]
-        out += _table(["configuration", "TTFT", "conversation latency", "decode tok/s", "peak KV"], rows)
+        out += _table(["configuration", *(["environment"] if env else []), "TTFT", "conversation latency",
+                       "decode tok/s", "peak KV"], rows, "ll" + "r" * 4 if env else None)
         out.append("")
     fail_rows = []
     for c in ran:
         for f in c["summary"]["failures"]:
-            fail_rows.append([f"**{md_text(c['name'])}**", f["kind"], _list(f["turns"]), _list(f["repeats"]), f["count"],
+            fail_rows.append([f"**{md_text(c['name'])}**", *([md_text(c.get("env") or DASH)] if env else []), f["kind"], _list(f["turns"]), _list(f["repeats"]), f["count"],
                               md_text(f["reason"])])
     if fail_rows:
         out += ["### Failures", ""]
-        out += _table(["configuration", "kind", "turns", "repeats", "count", "reason"], fail_rows, "llllrl")
+        out += _table(["configuration", *(["environment"] if env else []), "kind", "turns", "repeats", "count",
+                       "reason"], fail_rows, "l" + ("l" if env else "") + "lllrl")
         out.append("")
     out += ["## Per configuration", ""]
     for c in ran:

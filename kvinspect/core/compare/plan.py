@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvinspect.core.compare.configs import CompareConfig
+from kvinspect.core.compare.configs import CompareConfig, parse_config, parse_configs
 from kvinspect.core.errors import ScriptError
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 
@@ -115,11 +115,13 @@ class RunMetrics:
     started_at: float = 0.0  # epoch seconds: the order runs really happened in (interleaving)
     #: dynamo's "hit config.recompile_limit" warnings during this run (kept off stderr, reported instead)
     recompile_limit_hits: list[dict] = field(default_factory=list)
+    #: the run's engine child died: ``{message, code, signal}`` (its finished turns are kept)
+    engine_exit: dict | None = None
 
     @property
     def status(self) -> str:
         sts = {t["status"] for t in self.turns}
-        if "failed" in sts:
+        if "failed" in sts or self.engine_exit:
             return "failed"
         if "stopped" in sts or not self.turns:
             return "stopped"
@@ -131,8 +133,20 @@ class RunMetrics:
             "status": self.status, "wall_s": self.wall_s, "baseline_memory_bytes": self.baseline_memory_bytes,
             "compiled_graphs": self.compiled_graphs, "length": self.length, "max_cache_len": self.max_cache_len,
             "started_at": self.started_at, "recompile_limit_hits": list(self.recompile_limit_hits),
-            "turns": self.turns,
+            "engine_exit": self.engine_exit, "turns": self.turns,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunMetrics:
+        """The inverse of :meth:`to_dict` (``status`` is derived, not read)."""
+        return cls(
+            config=str(d["config"]), kind=str(d.get("kind") or "conversation"), repeat=int(d.get("repeat") or 1),
+            dir=str(d.get("dir") or ""), turns=list(d.get("turns") or []),
+            baseline_memory_bytes=int(d.get("baseline_memory_bytes") or 0), wall_s=float(d.get("wall_s") or 0.0),
+            compiled_graphs=d.get("compiled_graphs"), length=d.get("length"), max_cache_len=d.get("max_cache_len"),
+            started_at=float(d.get("started_at") or 0.0),
+            recompile_limit_hits=list(d.get("recompile_limit_hits") or []), engine_exit=d.get("engine_exit"),
+        )
 
 
 @dataclass
@@ -146,14 +160,34 @@ class ConfigResult:
     stress: dict | None = None
     lengths: list[RunMetrics] = field(default_factory=list)
     length_warmups: list[RunMetrics] = field(default_factory=list)
+    #: the environment (an engine's Python) it ran in, when a comparison has several
+    env: str | None = None
 
     @property
     def name(self) -> str:
-        return self.config.name
+        """Unique within a comparison: ``dynamic``, or ``dynamic@tf456`` when environments are compared."""
+        return f"{self.config.name}@{self.env}" if self.env else self.config.name
 
     @property
     def active(self) -> bool:
         return self.status == "ran"
+
+    @classmethod
+    def from_dict(cls, d: dict, stress: dict | None = None, lengths: dict | None = None) -> ConfigResult:
+        """One ``configs[]`` entry of compare.json (plus its ``stress.configs[]`` and ``lengths.configs[]``
+        entries) back as a result: the figures are recomputed from the runs, exactly as they were built."""
+        cfg = parse_config(str(d.get("config") or d["name"]))
+        st = None
+        if stress is not None:
+            st = {k: v for k, v in stress.items() if k != "name"}
+        return cls(
+            config=cfg, status=str(d.get("status") or "ran"), reason=d.get("reason"),
+            max_cache_len=d.get("max_cache_len"), runs=[RunMetrics.from_dict(r) for r in d.get("runs") or []],
+            warmups=[RunMetrics.from_dict(r) for r in d.get("warmup_runs") or []], stress=st,
+            lengths=[RunMetrics.from_dict(r) for r in (lengths or {}).get("runs") or []],
+            length_warmups=[RunMetrics.from_dict(r) for r in (lengths or {}).get("warmup_runs") or []],
+            env=d.get("env"),
+        )
 
 
 @dataclass
@@ -170,6 +204,34 @@ class CompareResult:
     notes: list[str] = field(default_factory=list)
     lengths_skipped: list[dict] = field(default_factory=list)
     length_prompts: dict[int, int] = field(default_factory=dict)  # requested -> rendered prompt tokens
+    #: the engines the configurations ran in: ``{name, python, host, kvinspect, transformers, torch, device, …}``
+    environments: list[dict] = field(default_factory=list)
+    #: where two environments' (or two configurations') traces part (:mod:`.trace_diff`), filled by the caller
+    diffs: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict, out_dir, plan: ComparePlan | None = None) -> CompareResult:
+        """A compare.json document (or an engine's reply holding one) back as a result.
+
+        ``plan`` is the plan that ran (the document keeps its settings, not the script's every field);
+        without one it is rebuilt from the document's ``plan`` and ``script``.
+        """
+        if plan is None:
+            plan = _plan_from_doc(d)
+        stress = {c["name"]: c for c in ((d.get("stress") or {}).get("configs") or [])}
+        lengths = {c["name"]: c for c in ((d.get("lengths") or {}).get("configs") or [])}
+        lens = d.get("lengths") or {}
+        return cls(
+            plan=plan, out_dir=Path(out_dir), model=dict(d.get("model") or {}), device=str(d.get("device") or ""),
+            memory_kind=str(d.get("memory_kind") or "rss"),
+            configs=[ConfigResult.from_dict(c, stress.get(c["name"]), lengths.get(c["name"]))
+                     for c in d.get("configs") or []],
+            created=str(d.get("created") or ""), wall_s=float(d.get("wall_s") or 0.0),
+            cancelled=bool(d.get("cancelled")), notes=list(d.get("notes") or []),
+            lengths_skipped=list(lens.get("skipped") or []),
+            length_prompts={int(k): int(v) for k, v in (lens.get("prompt_tokens") or {}).items()},
+            environments=list(d.get("environments") or []), diffs=list(d.get("diff") or []),
+        )
 
     def config(self, name: str) -> ConfigResult:
         for c in self.configs:
@@ -201,3 +263,20 @@ def _without_name(reason: str | None, name: str) -> str:
     """``offloaded needs a CUDA device …`` → ``needs a CUDA device …`` (the name is already said)."""
     text = (reason or "no reason given").strip().replace("; ", ", ")  # "; " separates the entries
     return text[len(name) + 1:] if text.lower().startswith(name.lower() + " ") else text
+
+
+def _plan_from_doc(d: dict) -> ComparePlan:
+    p = d.get("plan") or {}
+    sc = d.get("script")
+    settings = GenerationSettings(**{k: v for k, v in (p.get("settings") or {}).items()
+                                     if k in GenerationSettings.__dataclass_fields__})
+    script = None if sc is None else ChatScript(turns=list(sc.get("turns") or []), system=sc.get("system"),
+                                                settings=settings)
+    return ComparePlan(
+        configs=parse_configs(",".join(p.get("configs") or [])), script=script, repeat=int(p.get("repeat") or 1),
+        warmup=int(p.get("warmup") or 0), conversation=bool(p.get("conversation", True)),
+        turns_until_failure=p.get("turns_until_failure"), prompt_lengths=list(p.get("prompt_lengths") or []),
+        max_cache_len=p.get("max_cache_len"), chat_template_name=p.get("chat_template"),
+        compile_mode=p.get("compile_mode"), script_name=p.get("script"), command=d.get("command"),
+        baseline=p.get("baseline"),
+    )

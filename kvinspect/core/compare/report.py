@@ -66,6 +66,9 @@ def build_report(result: CompareResult) -> dict:
         summary = summarize_runs(cr.runs)
         configs.append({
             **cr.config.to_dict(),
+            "name": cr.name,
+            "config": cr.config.name,
+            "env": cr.env,
             "status": cr.status,
             "reason": cr.reason,
             "max_cache_len": cr.max_cache_len,
@@ -122,6 +125,8 @@ def build_report(result: CompareResult) -> dict:
         "lengths": lengths,
         "notes": list(result.notes),
         "runs_dir": RUNS_DIR,
+        "environments": list(result.environments),
+        "diff": list(result.diffs),
     }
 
 

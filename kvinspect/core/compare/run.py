@@ -37,6 +37,7 @@ from kvinspect.core.compare.plan import (
     RunMetrics,
 )
 from kvinspect.core.compare.stress import run_stress
+from kvinspect.core.compare.trace_diff import comparison_diffs
 from kvinspect.core.model.loading import LoadedModel
 from kvinspect.core.session.script import ChatScript
 
@@ -125,6 +126,7 @@ def run_compare(
         run_stress(loaded, plan, [c for c in active if c.active], out, tick, stop)
     if plan.prompt_lengths and not stop():
         run_lengths(loaded, plan, result, [c for c in active if c.active], out, tick, stop)
+    result.diffs = comparison_diffs(result)
     result.cancelled = bool(stop())
     result.wall_s = time.perf_counter() - t_start
     if progress and not result.cancelled and tick.done < tick.total:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import signal as _signal
 import time
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from PySide6 import QtCore
 from kvinspect import __version__
 from kvinspect.core.text_safety import terminal_text
 from kvinspect.engine import protocol as P
+from kvinspect.engine.client import describe_exit
 from kvinspect.engine.launch import engine_command
 from kvinspect.gui.engine_link.remote_engine import explain_start_failure, remote_target
 
@@ -37,22 +37,6 @@ HELLO_TIMEOUT_S = 60.0
 #: How long a shutdown waits for the engine to close its session and exit before killing it.
 SHUTDOWN_GRACE_MS = 5_000
 
-_SIGNAL_HINTS = {
-    "SIGKILL": "killed from outside, or by the system's out-of-memory killer",
-    "SIGSEGV": "a crash in native code (segmentation fault)",
-    "SIGABRT": "aborted by native code (for example a failed CUDA or C++ assertion)",
-    "SIGBUS": "a crash in native code (bus error)",
-    "SIGTERM": "terminated from outside",
-}
-
-
-def signal_name(num: int) -> str:
-    try:
-        return _signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
 @dataclass
 class EngineExit:
     """How an engine ended. ``expected``: this side asked for it (shutdown, a hard cancel, a restart)."""
@@ -63,20 +47,6 @@ class EngineExit:
     message: str = ""  # one line, for the user
     greeted: bool = False  # it had said hello (False: it never really started)
     stderr_tail: list[str] = field(default_factory=list)
-
-
-def describe_exit(code: int | None, sig: int | None, stderr_tail: list[str], greeted: bool) -> str:
-    """One line: why the engine is gone."""
-    if sig is not None:
-        name = signal_name(sig)
-        hint = _SIGNAL_HINTS.get(name)
-        text = f"killed by signal {sig} ({name})" + (f": {hint}" if hint else "")
-    else:
-        text = f"exited with status {code}"
-        last = next((ln for ln in reversed(stderr_tail) if ln.strip()), "")
-        if last:
-            text += f": {last.strip()[:300]}"
-    return text if greeted else f"the engine did not start: {text}"
 
 
 class EngineClient(QtCore.QObject):

@@ -30,6 +30,8 @@ class CompareRequest:
 
     plan: object  # core.compare.run.ComparePlan
     out_dir: str
+    #: environments to compare in, ``{name, python, host}`` each (empty: the loaded model's engine alone)
+    envs: list = field(default_factory=list)
 
 
 @dataclass

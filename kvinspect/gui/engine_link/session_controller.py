@@ -224,7 +224,8 @@ class SessionController(QtCore.QObject):
         """Run a comparison in the engine; chat and loads are refused until it ends (busy)."""
         if self.info is None or self.dead is not None or not self._begin("compare"):
             return False
-        self._request("compare", P.COMPARE, plan=P.plan_to_wire(req.plan), out_dir=str(req.out_dir))
+        extra = {"envs": list(req.envs)} if req.envs else {}
+        self._request("compare", P.COMPARE, plan=P.plan_to_wire(req.plan), out_dir=str(req.out_dir), **extra)
         return True
 
     def stop(self) -> None:

@@ -1,4 +1,5 @@
-"""Compare plots from a compare.json document: latency and memory per turn, stress, prompt-length sweep.
+"""Compare plots from a compare.json document: the caches of two environments overlaid, latency and memory per
+turn, stress, prompt-length sweep.
 
 ``render(input_path, out_dir, formats)`` is the headless entry (run in a child process by
 :func:`kvinspect.child_render.render_in_child`); :func:`build_figures` returns the same figures as widgets, for the
@@ -284,11 +285,52 @@ def _max_y(p: pg.PlotItem) -> float:
     return top
 
 
+def cache_figure(data: dict) -> pg.GraphicsLayoutWidget | None:
+    """Both sides' stored K/V rows per step, per layer kind, overlaid: where two environments part shows at a glance.
+
+    One row per compared configuration, one plot per layer kind (its first layer); side A solid, side B
+    dashed, each in its own colour, with side A's turn starts as faint vertical lines.
+    """
+    diffs = [d for d in data.get("diff") or [] if d.get("series")]
+    if not diffs:
+        return None
+    w = pg.GraphicsLayoutWidget()
+    entries: list[tuple[object, str]] = []
+    cols = max(len(d["series"]) for d in diffs)
+    names: list[str] = []
+    for r, d in enumerate(diffs):
+        if r:
+            w.nextRow()
+        na, nb = (f"{d[k]['name']} (transformers {d[k].get('transformers') or '?'})" for k in ("a", "b"))
+        for s in d["series"]:
+            p = _plot(w, f"{d['config']}: {s['kind']} layers (layer {s['layer']}), stored K/V rows per step",
+                      "stored rows", "step")
+            p.getAxis("left").enableAutoSIPrefix(False)
+            for t0 in s.get("turn_starts_a") or []:
+                p.addItem(pg.InfiniteLine(pos=t0, angle=90, pen=pg.mkPen(th.NEUTRAL, width=0.8,
+                                                                         style=QtCore.Qt.PenStyle.DotLine)))
+            for side, name, k, style in (("a", na, 0, QtCore.Qt.PenStyle.SolidLine),
+                                         ("b", nb, 1, QtCore.Qt.PenStyle.DashLine)):
+                y = np.asarray(s[side], dtype=np.float64)
+                y[y < 0] = np.nan  # not recorded (a lost chunk) or no token axis
+                x = np.arange(len(y), dtype=np.float64) * s.get("stride", 1)
+                color, _ = config_style(k)
+                item = p.plot(x, y, pen=pg.mkPen(color, width=3.0 if k == 0 else 2.2, style=style), name=name,
+                              connect="finite")
+                if name not in names:
+                    names.append(name)
+                    entries.append((item, name))
+            _from_zero(p)
+    _legend_row(w, entries, cols)
+    return w
+
+
 FIGURES = (
     ("latency_per_turn", latency_figure),
     ("memory_per_turn", memory_figure),
     ("stress", stress_figure),
     ("prompt_lengths", lengths_figure),
+    ("cache", cache_figure),
 )
 
 

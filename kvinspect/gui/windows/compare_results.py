@@ -25,7 +25,7 @@ COLUMNS = ("configuration", "status", "TTFT", "conversation", "decode tok/s", "p
            "peak memory", "same replies", "failed / why")
 SAME_COL, FAIL_COL = 8, 9
 FIGURE_TITLES = {"latency_per_turn": "Latency per turn", "memory_per_turn": "Memory per turn",
-                 "stress": "Stress", "prompt_lengths": "Prompt lengths"}
+                 "stress": "Stress", "prompt_lengths": "Prompt lengths", "cache": "Where they part"}
 #: What a screen reader says about each figure's plot (its accessible description).
 FIGURE_DESCRIPTIONS = {
     "latency_per_turn": "Per configuration and turn: time to first token and turn latency, median with "
@@ -35,6 +35,8 @@ FIGURE_DESCRIPTIONS = {
               "fails (x) or reaches the last turn",
     "prompt_lengths": "Per configuration, by prompt length: time to first token, turn latency and decode tokens "
                       "per second",
+    "cache": "Per layer kind: the stored K/V rows at every step of both compared sides (two environments, or two "
+             "configurations), overlaid",
 }
 
 

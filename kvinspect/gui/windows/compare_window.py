@@ -30,6 +30,9 @@ from kvinspect.gui.base.background_jobs import BackgroundTask
 from kvinspect.gui.engine_link.engine_requests import CompareRequest
 from kvinspect.gui.windows.compare_results import CompareResults, compare_dir
 
+#: The loaded model's own environment, when another is compared with it.
+HERE = "here"
+
 DEFAULT_CHECKED = ("dynamic", "static", "nocache")
 
 
@@ -134,6 +137,8 @@ class CompareWindow(QtWidgets.QWidget):
         form.addWidget(self.capacity, 4, 1, 1, 2)
         form.setColumnStretch(1, 1)
 
+        env_box = self._build_envs()
+
         self.run_button = QtWidgets.QPushButton("R&un comparison")
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(self.start)
@@ -167,6 +172,7 @@ class CompareWindow(QtWidgets.QWidget):
         sbox.addWidget(self.model_label)
         sbox.addWidget(cfg_box)
         sbox.addWidget(conv)
+        sbox.addWidget(env_box)
         sbox.addLayout(run_row)
         sbox.addWidget(self.progress)
         sbox.addWidget(self.status)
@@ -190,6 +196,64 @@ class CompareWindow(QtWidgets.QWidget):
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(split)
         self._describe(browse)
+
+    def _build_envs(self) -> QtWidgets.QGroupBox:
+        """Where else to run it: another Python (another transformers version) or an ssh host, as the model
+        picker's "Run on". Each environment's configurations then run in their own engine children."""
+        box = QtWidgets.QGroupBox("Environments")
+        box.setToolTip("Compare the same conversation in another environment too: each configuration runs in "
+                       "its own engine there and here, and the report says where their caches part")
+        grid = QtWidgets.QGridLayout(box)
+        self.env_on = QtWidgets.QCheckBox("Also run in another e&nvironment")
+        self.env_name = QtWidgets.QLineEdit("other")
+        self.env_name.setToolTip("A short name for it (letters, digits, . _ -): report columns and run folders")
+        self.env_local = QtWidgets.QRadioButton("this machine")
+        self.env_ssh = QtWidgets.QRadioButton("ssh host")
+        self.env_local.setChecked(True)
+        group = QtWidgets.QButtonGroup(box)
+        group.addButton(self.env_local)
+        group.addButton(self.env_ssh)
+        self.env_host = QtWidgets.QLineEdit()
+        self.env_host.setPlaceholderText("user@host or an ssh config alias")
+        self.env_python = QtWidgets.QLineEdit()
+        self.env_python.setPlaceholderText("another venv's bin/python")
+        self.env_python.setToolTip("The Python of the other environment, with kvinspect installed (for example a "
+                                   "venv with another transformers version); on an ssh host, empty is python3")
+        grid.addWidget(self.env_on, 0, 0, 1, 3)
+        grid.addWidget(QtWidgets.QLabel("Name"), 1, 0)
+        grid.addWidget(self.env_name, 1, 1, 1, 2)
+        grid.addWidget(QtWidgets.QLabel("Run on"), 2, 0)
+        grid.addWidget(self.env_local, 2, 1)
+        grid.addWidget(self.env_ssh, 2, 2)
+        grid.addWidget(self.env_host, 3, 1, 1, 2)
+        grid.addWidget(QtWidgets.QLabel("Python"), 4, 0)
+        grid.addWidget(self.env_python, 4, 1, 1, 2)
+        grid.setColumnStretch(1, 1)
+        for w in (self.env_name, self.env_local, self.env_ssh, self.env_host, self.env_python):
+            self.env_on.toggled.connect(w.setEnabled)
+            w.setEnabled(False)
+        self.env_ssh.toggled.connect(lambda on: self.env_host.setEnabled(on and self.env_on.isChecked()))
+        self.env_on.toggled.connect(lambda on: self.env_host.setEnabled(on and self.env_ssh.isChecked()))
+        _name(self.env_on, "Also run in another environment", box.toolTip())
+        _name(self.env_name, "Environment name", self.env_name.toolTip())
+        _name(self.env_host, "Environment ssh host", "An ssh destination for the other environment")
+        _name(self.env_python, "Environment Python", self.env_python.toolTip())
+        return box
+
+    def environments(self) -> list[dict]:
+        """The environments the controls describe (empty: this engine alone); KvInspectError for a mistake."""
+        if not self.env_on.isChecked():
+            return []
+        name = self.env_name.text().strip()
+        python = self.env_python.text().strip() or None
+        host = self.env_host.text().strip() if self.env_ssh.isChecked() else None
+        if not name or name == HERE:
+            raise ScriptError(f"give the other environment a name other than {HERE!r}")
+        if self.env_ssh.isChecked() and not host:
+            raise ScriptError("give the other environment's ssh host")
+        if not host and not python:
+            raise ScriptError("give the other environment's Python (for example another venv's bin/python)")
+        return [{"name": HERE, "python": None, "host": None}, {"name": name, "python": python, "host": host}]
 
     def _describe(self, browse: QtWidgets.QPushButton) -> None:
         _name(self.use_chat, "Use this chat's user turns", "Replay the user turns of the main window's chat "
@@ -347,15 +411,16 @@ class CompareWindow(QtWidgets.QWidget):
             if info is None:
                 raise ScriptError("load a model first (Ctrl+L in the main window)")
             plan = self.build_plan()
+            envs = self.environments()
         except KvInspectError as exc:
             self._say(str(exc), error=True)
             return False
         out = compare_dir(info.name)
         out.mkdir(parents=True, exist_ok=True)
         plan.script.save(out / "script.json")  # the command below reruns it from the folder
-        plan.command = self._command(info, plan)
+        plan.command = self._command(info, plan, envs)
         gc.collect()  # the window's garbage goes now, not in the middle of the progress updates
-        if not self.ctrl.compare(CompareRequest(plan, str(out))):
+        if not self.ctrl.compare(CompareRequest(plan, str(out), envs)):
             self._say("the model is busy (a turn or a load): try again when it is done", error=True)
             return False
         self.out_dir, self.result, self.data, self.export_dir = out, None, None, None
@@ -370,7 +435,7 @@ class CompareWindow(QtWidgets.QWidget):
         return True
 
     @staticmethod
-    def _command(info, plan) -> list[str]:
+    def _command(info, plan, envs: list[dict] | None = None) -> list[str]:
         cmd = ["kvinspect", "compare", "--model", info.spec, "--device", info.device, "--dtype", info.dtype,
                "--script", "script.json", "--configs", ",".join(c.name for c in plan.configs),
                "--repeat", str(plan.repeat), "--max-new-tokens", str(plan.settings.max_new_tokens)]
@@ -378,6 +443,9 @@ class CompareWindow(QtWidgets.QWidget):
             cmd += ["--max-cache-len", str(plan.max_cache_len)]
         if plan.chat_template_name:
             cmd += ["--chat-template", plan.chat_template_name]
+        for e in envs or []:
+            where = f"ssh:{e['host']}:{e['python'] or 'python3'}" if e.get("host") else (e.get("python") or "python")
+            cmd += ["--env", f"{e['name']}={where}"]
         return cmd + ["--out", "compare-rerun"]
 
     def cancel(self) -> None:

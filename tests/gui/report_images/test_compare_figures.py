@@ -103,3 +103,25 @@ def test_nothing_measured_gives_a_note_not_an_error(qtbot, compare_dir, tmp_path
     path.write_text(json.dumps(empty), encoding="utf-8")
     files, notes = compare_figures.render(path, tmp_path / "plots", ("png",))
     assert files == [] and notes and "no plots" in notes[0]
+
+
+def test_cache_figure_overlays_both_sides_per_layer_kind(qtbot, tmp_path):
+    # Two configurations of one environment get a diff section too: cache.png overlays their stored rows.
+    script = ChatScript(turns=["hello there", "second turn"], settings=GenerationSettings(max_new_tokens=4))
+    plan = ComparePlan(configs=parse_configs("dynamic,static"), script=script, repeat=1, max_cache_len=120)
+    result = run_compare(load_cached("tiny-gemma3"), plan, tmp_path)
+    data = build_report(result)
+    (d,) = data["diff"]
+    assert [s["kind"] for s in d["series"]] == ["sliding", "full"]
+    figs = dict(compare_figures.build_figures(data))
+    assert list(figs) == ["latency_per_turn", "memory_per_turn", "cache"]
+    w = figs["cache"]
+    qtbot.addWidget(w)
+    for col, s in enumerate(d["series"]):
+        plot = w.ci.getItem(0, col)
+        names = _curves(plot)
+        assert len(names) == 2 and names[0].startswith("dynamic (transformers ") and names[1].startswith("static")
+        ya, yb = (item.getData()[1] for item in plot.listDataItems())
+        # The same conversation: both sides store the same rows at every step (static bills capacity, not rows).
+        assert list(ya) == s["a"] == s["b"] == list(yb)
+        assert max(ya) > 0

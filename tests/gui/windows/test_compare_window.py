@@ -112,3 +112,35 @@ def test_mistakes_are_one_line_in_the_window(qtbot, window, tmp_path):
     cw.extra.setText("nonsense")
     assert not cw.start() and "unknown configuration" in cw.status.text()
     assert window.controller.busy == ""
+
+
+def test_compare_in_another_environment(qtbot, window):
+    import sys
+
+    load(qtbot, window, "tiny-llama")
+    send(qtbot, window, "First turn of the chat.", max_new_tokens=4)
+    cw = open_compare(qtbot, window)
+    cw.set_selected(["dynamic"])
+    cw.repeat.setValue(1)
+    cw.max_new.setValue(4)
+    cw.env_on.setChecked(True)
+    assert cw.env_python.isEnabled() and not cw.env_host.isEnabled()
+    # Mistakes are one line in the window, before anything starts.
+    cw.env_python.setText("")
+    assert not cw.start() and "Python" in cw.status.text()
+    cw.env_ssh.setChecked(True)
+    assert cw.env_host.isEnabled() and not cw.start() and "ssh host" in cw.status.text()
+    cw.env_local.setChecked(True)
+    # The same interpreter as a second environment: every configuration in an engine child of each.
+    cw.env_name.setText("again")
+    cw.env_python.setText(sys.executable)
+    with qtbot.waitSignal(cw.runFinished, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert cw.start()
+    data = blocker.args[0]
+    assert [e["name"] for e in data["environments"]] == ["here", "again"]
+    assert all(e["transformers"] for e in data["environments"])
+    assert [r[0] for r in cw.rows()] == ["dynamic@here", "dynamic@again"]
+    (d,) = data["diff"]
+    assert d["config"] == "dynamic" and d["same"] is True  # one Python twice: nothing parts
+    assert data["command"][-4:-2] == ["--env", f"again={sys.executable}"]
+    assert window.controller.busy == "" and window.chat.send_button.isEnabled()
