@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from kvinspect.core.cache.layer_kinds import kinds_short
 from kvinspect.core.model.templates import TRANSCRIPT_TEMPLATE
 from kvinspect.core.model.tiny import VOCAB_SIZE, TinySpec
+from kvinspect.core.model.tiny_vl import VisionSpec
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,20 @@ BUILTINS: tuple[BuiltinModel, ...] = (
         tiny=TinySpec(
             "Gemma3TextConfig",
             {"num_hidden_layers": 6, "sliding_window": 96, "query_pre_attn_scalar": 16},
+        ),
+    ),
+    BuiltinModel(
+        name="tiny-gemma3-vl",
+        title="Tiny Gemma 3 vision-language (random weights)",
+        behaviour="random weights; images as 16-token bidirectional spans; three sliding (32) layers, one global",
+        layer_kinds=("sliding",) * 3 + ("full",),
+        window=32,
+        tiny=TinySpec(
+            "Gemma3TextConfig",
+            {"num_hidden_layers": 4, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+             "sliding_window": 32, "query_pre_attn_scalar": 16},
+            vision=VisionSpec("gemma3", {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                                         "num_attention_heads": 2, "patch_size": 7}),
         ),
     ),
     BuiltinModel(

@@ -1,0 +1,81 @@
+"""Tiny random-weight vision-language models, built offline like the text built-ins.
+
+Each comes with a working processor assembled from local parts: the character-level tokenizer
+plus the model's image special tokens, a Pillow-backend image processor (``*ImageProcessorPil``:
+it needs neither torchvision nor, for arrays, Pillow itself) and a chat template that renders
+image parts. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvinspect.core.model import tiny
+
+#: ChatML whose content may be a list of parts; an image part renders as the model's image placeholder.
+VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ IMAGE }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """The vision half of a tiny multimodal built-in: its family and the vision config's overrides."""
+
+    family: str  # "gemma3"
+    vision: dict[str, Any] = field(default_factory=dict)
+    tokens_per_image: int = 16
+    image_size: int = 28
+
+
+def build_tokenizer(spec: VisionSpec):
+    """The character-level tokenizer plus the family's image tokens (named attributes, as processors expect)."""
+    tok = tiny.build_tokenizer()
+    names = GEMMA3_TOKENS
+    tok.add_special_tokens({"additional_special_tokens": list(names.values())})
+    for attr, text in names.items():
+        setattr(tok, attr, text)
+        setattr(tok, attr + "_id", tok.convert_tokens_to_ids(text))
+    tok.chat_template = VL_TEMPLATE.replace("{{ IMAGE }}", names["boi_token"])
+    return tok
+
+
+def build_processor(spec: VisionSpec, tok):
+    from transformers import Gemma3Processor
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    ip = Gemma3ImageProcessorPil(size={"height": spec.image_size, "width": spec.image_size})
+    return Gemma3Processor(image_processor=ip, tokenizer=tok, chat_template=tok.chat_template,
+                           image_seq_length=spec.tokens_per_image)
+
+
+def build_model(text: tiny.TinySpec, spec: VisionSpec, tok):
+    """The seeded model; the image projection re-initialised (``_init_weights`` zero-fills it, and every image
+    would then give the same features, so a changed picture would change nothing)."""
+    import torch
+    import transformers
+
+    text_cfg = getattr(transformers, text.config_class)(**{**tiny.common_config(), "vocab_size": len(tok),
+                                                          **text.overrides})
+    vision_cfg = transformers.SiglipVisionConfig(**{"image_size": spec.image_size, **spec.vision})
+    cfg = transformers.Gemma3Config(
+        text_config=text_cfg, vision_config=vision_cfg, mm_tokens_per_image=spec.tokens_per_image,
+        boi_token_index=tok.boi_token_id, eoi_token_index=tok.eoi_token_id, image_token_index=tok.image_token_id,
+        initializer_range=text_cfg.initializer_range)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(tiny.SEED)
+        model = transformers.Gemma3ForConditionalGeneration(cfg)
+        proj = model.model.multi_modal_projector.mm_input_projection_weight
+        with torch.no_grad():
+            proj.normal_(0.0, text_cfg.initializer_range)
+    model.eval()
+    tiny.set_generation_config(model, extra_suppressed=[tok.convert_tokens_to_ids(t) for t in GEMMA3_TOKENS.values()])
+    return model
