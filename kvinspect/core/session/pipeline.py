@@ -21,7 +21,9 @@ from kvinspect.core.cache.observer import StepSample, block
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, turn_checklist
 from kvinspect.core.detect.events import TURN_FAILED, Event
+from kvinspect.core.detect.media import add_held, failure_reason, media_events, turn_media
 from kvinspect.core.errors import first_line
+from kvinspect.core.media.watch import MediaWatch
 from kvinspect.core.tokens.ids import pack_ids
 from kvinspect.core.trace.messages import EventMsg, Message, Note, Token, Turn
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
@@ -101,8 +103,11 @@ class TurnPipeline:
 
     def __init__(self, record: TraceRecord, probe: CacheProbe, memory: MemorySampler,
                  sinks: Iterable[Sink] = (), *, flush_every_s: float = 0.5, max_positions: int | None = None,
-                 owns_peak: bool = True):
+                 owns_peak: bool = True, model: Any = None):
         self.record = record
+        # A vision-language model's hooks: what its vision tower encoded, and the token types, per turn.
+        self.media = MediaWatch.of(model) if model is not None else None
+        self._media_prev: list[dict] = []
         self.probe = probe
         self.memory = memory
         self.stream = Stream(record, sinks)
@@ -228,6 +233,8 @@ class TurnPipeline:
         if not ctx.config_sources and isinstance(turn.settings.get("config_sources"), dict):
             ctx.config_sources = turn.settings["config_sources"]
         events = detect(ctx, rec)
+        if self.media is not None:
+            events += self._media(turn, ctx)
         if extra_events is not None:
             events += extra_events(turn)
         if turn.status in ("failed", "interrupted"):
@@ -247,9 +254,30 @@ class TurnPipeline:
         self.samples = []
         return events
 
+    def _media(self, turn: TurnRecord, ctx: TurnContext) -> list[Event]:
+        """The turn's images (spans, hashes, rows held per layer) and the multimodal events."""
+        assert self.media is not None
+        fed = self.media.take()
+        ctx.media_tokens = self.media.tokens
+        ctx.media_fed = fed
+        if ctx.reused and not ctx.media_before:
+            ctx.media_before = self._media_prev
+        ctx.media = turn.media = turn_media(ctx, turn.index)
+        add_held(turn.media, turn.layers)
+        turn.vision_calls = fed.vision_calls
+        reason = failure_reason(ctx)
+        if reason is not None:
+            turn.error = f"{reason} ({turn.error})"
+            ctx.error = turn.error
+        if turn.status != "failed":
+            self._media_prev = turn.media
+        return media_events(ctx)
+
     def note(self, key: str, value: Any) -> None:
         self.stream.emit(Note(key, value))
 
     def close(self) -> None:
         self.commit()
+        if self.media is not None:
+            self.media.detach()
         self.stream.close()
