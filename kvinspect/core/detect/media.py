@@ -113,7 +113,7 @@ def media_events(ctx: TurnContext) -> list[Event]:
     for m in media:
         if m["first"] < reused and m.get("hash_given"):
             events.append(Event(
-                PREFIX_DIVERGENCE, "warn", t, step,
+                PREFIX_DIVERGENCE, "error", t, step,
                 f"image {m['image'] + 1} changed under the same token ids: the cache holds {_short(m['hash'])} "
                 f"from turn {m['turn'] + 1}, the program now has {_short(m['hash_given'])}; the ids agree, so the "
                 f"common prefix counted positions {m['first']}–{m['last']} as cached, but the true divergence is at "
@@ -183,5 +183,9 @@ def failure_reason(ctx: TurnContext) -> str | None:
     extra = fed_n - new_encoded
     if extra <= 0:
         return None
-    return (f"{fed_n} image(s) were encoded for a call whose uncached suffix holds {new_encoded} image span(s): "
-            f"{extra} of them the cache already holds")
+    again = [m for m in ctx.media if m["first"] < reused][-extra:]
+    changed = sum(1 for m in again if m.get("hash_given"))
+    what = (f"{changed} of them a changed picture under ids the cache holds for the old one" if changed == extra else
+            f"{extra} of them the cache already holds" if not changed else
+            f"{extra} of them the cache already holds ({changed} changed since)")
+    return f"{fed_n} image(s) were encoded for a call whose uncached suffix holds {new_encoded} image span(s): {what}"
