@@ -66,13 +66,14 @@ BUILTINS: tuple[BuiltinModel, ...] = (
     BuiltinModel(
         name="tiny-gemma3-vl",
         title="Tiny Gemma 3 vision-language (random weights)",
-        behaviour="random weights; images as 16-token bidirectional spans; three sliding (32) layers, one global",
+        behaviour="random weights; images as 16-token bidirectional spans; three sliding (80) layers, one global",
         layer_kinds=("sliding",) * 3 + ("full",),
-        window=32,
+        # Longer than one image turn, shorter than two: the first image leaves the sliding layers in turn 2.
+        window=80,
         tiny=TinySpec(
             "Gemma3TextConfig",
             {"num_hidden_layers": 4, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
-             "sliding_window": 32, "query_pre_attn_scalar": 16},
+             "sliding_window": 80, "query_pre_attn_scalar": 16},
             vision=VisionSpec("gemma3", {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
                                          "num_attention_heads": 2, "patch_size": 7}),
         ),

@@ -8,6 +8,7 @@ links to the turn in the plots.
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -134,8 +135,17 @@ class ChatPanel(QtWidgets.QWidget):
         self.new_button = QtWidgets.QPushButton("New chat")
         self.new_button.setToolTip("Forget the conversation and the cache; the record keeps every turn (Ctrl+N)")
         self.new_button.clicked.connect(self.newChatRequested)
+        self.attach_button = QtWidgets.QPushButton("Attach image…")
+        self.attach_button.setToolTip("Send pictures with the next message (a vision-language model, such as "
+                                      "tiny-gemma3-vl, runs them through its processor)")
+        self.attach_button.clicked.connect(self._choose_images)
+        self.attached = QtWidgets.QLabel()
+        self.attached.setWordWrap(True)
+        self.attached.hide()
+        self.images: list[str] = []
         buttons = QtWidgets.QHBoxLayout()
         buttons.addWidget(self.new_button)
+        buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
@@ -146,6 +156,7 @@ class ChatPanel(QtWidgets.QWidget):
         box.addWidget(self.system)
         box.addWidget(self.pages, 1)
         box.addWidget(settings)
+        box.addWidget(self.attached)
         box.addWidget(self.input)
         box.addLayout(buttons)
 
@@ -161,6 +172,7 @@ class ChatPanel(QtWidgets.QWidget):
         self.input.setEnabled(live and loaded)
         self.stop_button.setEnabled(live and generating)
         self.new_button.setEnabled(live and loaded and not busy)
+        self.attach_button.setEnabled(live and loaded)
         for w in (self.system, self.settings_box):
             w.setEnabled(live)
 
@@ -236,7 +248,33 @@ class ChatPanel(QtWidgets.QWidget):
 
     def request(self, text: str) -> TurnRequest:
         return TurnRequest(text=text, policy=self.policy.currentText(), cache_impl=self.cache_impl.currentText(),
-                           settings=self.settings(), system=self.system.toPlainText().strip())
+                           settings=self.settings(), system=self.system.toPlainText().strip(),
+                           images=list(self.images))
+
+    # -- images for the next turn ----------------------------------------------------------------
+    def _choose_images(self) -> None:
+        paths, _ = QtWidgets.QFileDialog.getOpenFileNames(
+            self, "Attach images to the next message", "", "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif);;All files (*)")
+        self.attach_images(paths)
+
+    def attach_images(self, paths) -> None:
+        """Pictures for the next message (the engine reads them; a bad file fails that turn with one line)."""
+        self.images += [str(p) for p in paths if str(p)]
+        self._show_attached()
+
+    def clear_images(self) -> None:
+        self.images = []
+        self._show_attached()
+
+    def _show_attached(self) -> None:
+        if not self.images:
+            self.attached.hide()
+            self.attached.clear()
+            return
+        names = ", ".join(Path(p).name for p in self.images)
+        self.attached.setText(f"Attached to the next message: {names}")
+        self.attached.setToolTip("\n".join(self.images))
+        self.attached.show()
 
     def send(self) -> None:
         text = self.input.toPlainText().strip()
@@ -261,14 +299,14 @@ class ChatPanel(QtWidgets.QWidget):
         if not self.transcript.document().isEmpty():
             cur.insertBlock()
 
-    def begin_turn(self, index: int, text: str, policy: str, cache_impl: str) -> None:
-        """The user's message, then an empty model reply that tokens stream into."""
+    def begin_turn(self, index: int, text: str, policy: str, cache_impl: str, images=()) -> None:
+        """The user's message (with its pictures' thumbnails), then an empty model reply that tokens stream into."""
         t = self._theme
         self._block()
         self._append_html(
             f"<span style='color:{t.highlight}; font-weight:bold'>You</span>"
             f"<span style='color:{t.dim_text}'> · turn {index + 1} · {html.escape(policy)}/{html.escape(cache_impl)}"
-            f"</span><br>{html.escape(text).replace(chr(10), '<br>')}")
+            f"</span><br>{_thumbnails(images)}{html.escape(text).replace(chr(10), '<br>')}")
         self._block()
         self._append_html(f"<span style='color:{th.KIND_COLORS['sliding']}; font-weight:bold'>Model</span><br>")
         self._streaming = True
@@ -310,6 +348,15 @@ class ChatPanel(QtWidgets.QWidget):
 #: Characters of one message the replay shows: laying out megabytes of text freezes the window
 #: for minutes (a 5 MB turn in a hostile trace); the trace and a report keep all of it.
 SHOWN_CHARS = 20_000
+
+
+def _thumbnails(images) -> str:
+    """Each picture as a small image (Qt reads the file itself) with its name under the tooltip."""
+    out = []
+    for p in images:
+        url = QtCore.QUrl.fromLocalFile(str(Path(p).resolve())).toString()
+        out.append(f"<img src='{html.escape(url, quote=True)}' height='48' title='{html.escape(Path(p).name)}'> ")
+    return ("".join(out) + "<br>") if out else ""
 
 
 def _para(text: str) -> str:

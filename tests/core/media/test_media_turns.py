@@ -37,8 +37,9 @@ def test_each_image_is_a_span_with_its_hash_and_the_rows_each_layer_holds():
     assert a["hash"] == t1.media[0]["hash"] != b["hash"]
     assert a["wrap_first"] == a["first"] - 1 and a["wrap_last"] == a["last"] + 1
     assert a["size"] == [32, 24]
-    # Three sliding layers (window 32) have let the first image go; the global layer holds all 16 rows.
-    assert a["held"] == [0, 0, 0, 16]
+    # Three sliding layers (window 80) have let the first image go; the global layer holds all 16 rows.
+    assert t1.media[0]["held"] == [16, 16, 16, 16]
+    assert a["held"] == [0, 0, 0, 16] and b["held"] == [16, 16, 16, 16]
 
 
 def test_the_rows_the_view_says_a_layer_holds_are_that_layers_real_k_rows():
@@ -129,3 +130,20 @@ def test_a_text_model_refuses_an_image_turn():
     s = ChatSession(load_cached("tiny-llama"))
     with pytest.raises(ScriptError, match="takes no images"):
         s.run_turn("look", images=[IMAGES / "gradient.png"])
+
+
+def test_image_bands_end_where_the_sliding_layers_let_the_image_go():
+    from kvinspect.core.media.bands import image_bands
+
+    s = _session()
+    _two_turns(s)
+    rec = s.record
+    bands = {(b.kind, b.image): b for b in image_bands(rec)}
+    assert set(bands) == {("full", 0), ("sliding", 0), ("full", 1), ("sliding", 1)}
+    first, second = bands[("sliding", 0)], bands[("sliding", 1)]
+    assert bands[("full", 0)].x1 == rec.n_steps  # the global layer holds it to the end
+    # The sliding layers drop image 1 at turn 2's prefill, once 80 newer positions were seen; image 2 stays.
+    assert first.x0 == rec.turns[0].first_step and first.x1 == rec.turns[1].first_step
+    seen, stored = rec.col("seen")[:, 0], rec.col("stored")[:, 0]
+    assert seen[first.x1] - stored[first.x1] > first.last >= seen[first.x1 - 1] - stored[first.x1 - 1]
+    assert second.x0 == rec.turns[1].first_step and second.x1 == rec.n_steps

@@ -42,6 +42,20 @@ def test_scripted_two_turn_hybrid_chat_screenshot(tmp_path, qapp):
     shutil.copy(png, out / f"ci-window-{qapp.platformName()}.png")
 
 
+def test_scripted_image_chat_sends_each_turns_pictures(tmp_path, qapp):
+    png = tmp_path / "window.png"
+    r = _run(["--model", "tiny-gemma3-vl", "--script", str(ROOT / "resources" / "scripts" / "images.json"),
+              "--screenshot", str(png), "--exit-when-done"], tmp_path)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert not QtGui.QImage(str(png)).isNull()
+    (trace,) = (tmp_path / "data" / "autosave").glob("*.jsonl")
+    turns = [json.loads(line) for line in trace.read_text().splitlines() if json.loads(line)["type"] == "turn"]
+    # Both pictures went through the window's Attach path to the engine: one encoded image per turn.
+    assert [t["vision_calls"] for t in turns] == [1, 1]
+    assert [[m["image"] for m in t["media"]] for t in turns] == [[0], [0, 1]]
+    assert turns[1]["media"][0]["held"] == [0, 0, 0, 16] and turns[1]["media"][1]["held"] == [16, 16, 16, 16]
+
+
 def test_scripted_bad_model_exits_2_with_one_line(tmp_path):
     r = _run(["--model", str(tmp_path / "nope"), "--screenshot", str(tmp_path / "x.png"), "--exit-when-done"],
              tmp_path, timeout=120)

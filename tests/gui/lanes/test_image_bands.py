@@ -1,0 +1,58 @@
+"""Image spans in the window: the tokens lane shades each image's positions per layer kind while it is held,
+and the chat pane attaches pictures to the next message."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvinspect.core.media.bands import image_bands
+from tests.gui.helpers import plots_showing
+from tests.helpers import RESOURCES
+
+
+@pytest.fixture(scope="module")
+def vl_record():
+    from kvinspect.core.session.chat import ChatSession
+    from kvinspect.core.session.options import SessionOptions
+    from kvinspect.core.session.script import GenerationSettings
+    from tests.conftest import load_cached
+
+    o = SessionOptions()
+    o.settings = GenerationSettings(max_new_tokens=12)
+    s = ChatSession(load_cached("tiny-gemma3-vl"), o)
+    s.run_turn("what is in this picture?", images=[RESOURCES / "images" / "gradient.png"])
+    s.run_turn("and this one?", images=[RESOURCES / "images" / "checker.png"])
+    s.close()
+    return s.record
+
+
+def test_tokens_lane_shades_each_image_per_kind_until_it_is_let_go(qtbot, vl_record):
+    w = plots_showing(qtbot, vl_record)
+    lane = w.tokens
+    assert set(lane.image_items) == {"full", "sliding"}
+    bands = image_bands(vl_record)
+    for kind, item in lane.image_items.items():
+        mine = sorted((b.x0, b.x1) for b in bands if b.kind == kind)
+        assert sorted((r.left(), r.right()) for r in item.rects) == [(float(a), float(b)) for a, b in mine]
+    # The sliding strip of image 1 ends at turn 2's prefill; the full strip runs to the last step.
+    sliding = sorted(item.left() for item in lane.image_items["sliding"].rects)
+    assert sliding == [0.0, float(vl_record.turns[1].first_step)]
+    assert sorted(lab.toPlainText().split(" #")[0] for lab in lane.image_labels.values()) == ["image 1", "image 2"]
+    # Replay at a step of turn 1: only the first image, its bands cut at that step.
+    w.render(vl_record, step=3, force=True)
+    assert [lab.toPlainText().split(" #")[0] for lab in lane.image_labels.values()] == ["image 1"]
+    assert max(r.right() for r in lane.image_items["full"].rects) == 4.0
+
+
+def test_chat_pane_attaches_images_to_the_next_message(qtbot):
+    from kvinspect.gui.panels.chat_panel import ChatPanel
+
+    p = ChatPanel()
+    qtbot.addWidget(p)
+    img = str(RESOURCES / "images" / "gradient.png")
+    p.attach_images([img])
+    assert p.request("look").images == [img] and "gradient.png" in p.attached.text() and not p.attached.isHidden()
+    p.begin_turn(0, "look", "reuse", "dynamic", images=[img])
+    assert "<img" in p.transcript.toHtml() and "gradient.png" in p.transcript.toHtml()
+    p.clear_images()
+    assert p.request("next").images == [] and p.attached.isHidden()
