@@ -17,6 +17,7 @@ from kvinspect.core.trace.stream import RecordBuilder
 from kvinspect.engine import protocol as P
 from kvinspect.engine.launch import engine_command
 from kvinspect.engine.stdio import LineWriter, coalesce
+from tests.helpers import vl_unavailable
 
 from .conftest import HERE
 
@@ -205,6 +206,7 @@ def test_coalesce_merges_neighbours_only():
     assert out[4]["t"] == 2
 
 
+@pytest.mark.skipif(bool(vl_unavailable()), reason=vl_unavailable() or "-")
 def test_an_image_turn_reaches_the_engine_and_its_media_the_stream(engine_child):
     from tests.helpers import RESOURCES
 

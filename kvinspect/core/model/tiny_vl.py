@@ -50,9 +50,21 @@ def build_tokenizer(spec: VisionSpec):
 
 def build_processor(spec: VisionSpec, tok):
     from transformers import Gemma3Processor
-    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
-    ip = Gemma3ImageProcessorPil(size={"height": spec.image_size, "width": spec.image_size})
+    try:  # 5.x: the Pillow backend (no torchvision)
+        from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil as ImageProcessor
+    except ImportError:  # 4.x: the "slow" processor is the numpy/Pillow one, and it needs Pillow to import
+        try:
+            from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor as ImageProcessor
+        except ImportError as exc:
+            import transformers
+
+            from kvinspect.core.errors import ModelSpecError
+
+            raise ModelSpecError(f"this built-in needs Pillow with transformers {transformers.__version__} "
+                                 f"(its image processor: {exc}); pip install Pillow") from None
+
+    ip = ImageProcessor(size={"height": spec.image_size, "width": spec.image_size})
     return Gemma3Processor(image_processor=ip, tokenizer=tok, chat_template=tok.chat_template,
                            image_seq_length=spec.tokens_per_image)
 

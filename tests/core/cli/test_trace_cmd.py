@@ -18,7 +18,7 @@ import pytest
 
 from kvinspect.core.trace.tracefile import TraceReader, read_trace
 from tests.core.examples_expected import load_expected
-from tests.helpers import ROOT, run_cli, start_cli, wait_for
+from tests.helpers import ROOT, run_cli, start_cli, vl_unavailable, wait_for
 
 EXAMPLES_DIR = ROOT / "resources" / "examples"
 EXPECTED = load_expected()
@@ -90,6 +90,7 @@ def test_trace_names_each_example_mistake_on_smollm2(tmp_path, smollm2_fetched):
     _check_examples(tmp_path, "smollm2", 4, "full")
 
 
+@pytest.mark.skipif(bool(vl_unavailable()), reason=vl_unavailable() or "-")
 def test_trace_names_a_swapped_picture_media_changed_at_its_first_image_token(tmp_path):
     out = tmp_path / "stale"
     r = kvinspect_trace(out, sys.executable, str(EXAMPLES_DIR / "mistake_swapped_image.py"), "--model", "tiny-gemma3-vl",

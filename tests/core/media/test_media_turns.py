@@ -7,7 +7,7 @@ from kvinspect.core.errors import ScriptError
 from kvinspect.core.session.chat import ChatSession
 from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings, parse_script
-from tests.conftest import load_cached
+from tests.conftest import load_cached, load_vl
 from tests.helpers import RESOURCES
 
 IMAGES = RESOURCES / "images"
@@ -16,7 +16,7 @@ IMAGES = RESOURCES / "images"
 def _session(policy="reuse", new_tokens=24, **kw):
     o = SessionOptions(policy=policy)
     o.settings = GenerationSettings(max_new_tokens=new_tokens)
-    return ChatSession(load_cached("tiny-gemma3-vl"), o, **kw)
+    return ChatSession(load_vl(), o, **kw)
 
 
 def _two_turns(s):
@@ -51,7 +51,7 @@ def test_the_rows_the_view_says_a_layer_holds_are_that_layers_real_k_rows():
     s.run_turn("and this one?", images=[IMAGES / "checker.png"])
     cache = s.cache
     ids = s.cached_ids
-    lm = load_cached("tiny-gemma3-vl")
+    lm = load_vl()
     full = DynamicCache()  # no config: every layer keeps every row
     enc = s._enc
     with torch.inference_mode():
@@ -73,7 +73,7 @@ def test_the_rows_the_view_says_a_layer_holds_are_that_layers_real_k_rows():
 
 
 def test_reuse_with_a_new_image_equals_a_fresh_prefill():
-    lm = load_cached("tiny-gemma3-vl")
+    lm = load_vl()
     s = _session(new_tokens=8)
     s.run_turn("what is in this picture?", images=[IMAGES / "gradient.png"])
     seen = []

@@ -6,7 +6,7 @@ import torch
 
 from kvinspect.core.errors import ScriptError
 from kvinspect.core.media.images import decode_png, encode_png, pixel_hash, read_image
-from tests.conftest import load_cached
+from tests.conftest import load_vl
 from tests.helpers import RESOURCES
 
 IMAGES = RESOURCES / "images"
@@ -52,7 +52,7 @@ def _inputs(lm, image):
 
 
 def test_processor_expands_one_image_into_its_span():
-    lm = load_cached("tiny-gemma3-vl")
+    lm = load_vl()
     tok = lm.tokenizer
     out = _inputs(lm, read_image(IMAGES / "gradient.png"))
     ids = out["input_ids"][0].tolist()
@@ -65,7 +65,7 @@ def test_processor_expands_one_image_into_its_span():
 
 
 def test_different_pictures_give_different_features_and_hashes():
-    lm = load_cached("tiny-gemma3-vl")
+    lm = load_vl()
     a = _inputs(lm, read_image(IMAGES / "gradient.png"))["pixel_values"]
     b = _inputs(lm, read_image(IMAGES / "checker.png"))["pixel_values"]
     assert pixel_hash(a) != pixel_hash(b) and pixel_hash(a) == pixel_hash(a.clone())
@@ -79,7 +79,7 @@ def test_different_pictures_give_different_features_and_hashes():
 
 
 def test_reply_to_an_image_is_printable():
-    lm = load_cached("tiny-gemma3-vl")
+    lm = load_vl()
     out = _inputs(lm, read_image(IMAGES / "dusk.png"))
     with torch.inference_mode():
         seq = lm.model.generate(**out, max_new_tokens=12, do_sample=False)

@@ -21,7 +21,7 @@ import kvinspect
 from kvinspect.core.detect.token_book import UNKNOWN, Fed, TokenBook
 from kvinspect.core.observe.api import ObserveError
 from kvinspect.core.trace.tracefile import TraceReader, read_trace
-from tests.conftest import load_cached
+from tests.conftest import load_cached, load_vl
 from tests.core.examples_expected import load_expected
 from tests.helpers import ROOT, wait_for
 
@@ -93,7 +93,7 @@ def test_example_yields_exactly_its_events(spec, name):
 @pytest.mark.parametrize("name", sorted(EXPECTED_IMAGES))
 def test_image_example_yields_exactly_its_events(name):
     """The vision-language examples, ``run(model, processor)``, on tiny-gemma3-vl."""
-    lm = load_cached("tiny-gemma3-vl")
+    lm = load_vl()
     mod = load_example(name)
     with contextlib.redirect_stdout(io.StringIO()):
         with kvinspect.observe(lm.model, lm.tokenizer) as rec:
@@ -108,7 +108,7 @@ def test_image_example_yields_exactly_its_events(name):
 
 
 def test_stale_picture_is_placed_at_the_images_first_token_and_named():
-    lm = load_cached("tiny-gemma3-vl")
+    lm = load_vl()
     with contextlib.redirect_stdout(io.StringIO()):
         with kvinspect.observe(lm.model, lm.tokenizer) as rec:
             load_example("mistake_swapped_image.py").run(lm.model, lm.processor)
@@ -126,7 +126,7 @@ def test_observed_image_loop_has_the_spans_of_kvinspects_own_run(tmp_path):
     from kvinspect.core.session.runner import run_script
     from kvinspect.core.session.script import load_script
 
-    lm = load_cached("tiny-gemma3-vl")
+    lm = load_vl()
     with contextlib.redirect_stdout(io.StringIO()):
         with kvinspect.observe(lm.model, lm.tokenizer) as rec:
             load_example("correct_image_chat.py").run(lm.model, lm.processor, max_new_tokens=12)

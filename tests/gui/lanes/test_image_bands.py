@@ -15,11 +15,11 @@ def vl_record():
     from kvinspect.core.session.chat import ChatSession
     from kvinspect.core.session.options import SessionOptions
     from kvinspect.core.session.script import GenerationSettings
-    from tests.conftest import load_cached
+    from tests.conftest import load_vl
 
     o = SessionOptions()
     o.settings = GenerationSettings(max_new_tokens=12)
-    s = ChatSession(load_cached("tiny-gemma3-vl"), o)
+    s = ChatSession(load_vl(), o)
     s.run_turn("what is in this picture?", images=[RESOURCES / "images" / "gradient.png"])
     s.run_turn("and this one?", images=[RESOURCES / "images" / "checker.png"])
     s.close()

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from PySide6 import QtGui
 
 from tests.gui.helpers import ROOT, run_cli
+from tests.helpers import vl_unavailable
 
 
 def _run(args, tmp_path, timeout=300):
@@ -42,6 +44,7 @@ def test_scripted_two_turn_hybrid_chat_screenshot(tmp_path, qapp):
     shutil.copy(png, out / f"ci-window-{qapp.platformName()}.png")
 
 
+@pytest.mark.skipif(bool(vl_unavailable()), reason=vl_unavailable() or "-")
 def test_scripted_image_chat_sends_each_turns_pictures(tmp_path, qapp):
     png = tmp_path / "window.png"
     r = _run(["--model", "tiny-gemma3-vl", "--script", str(ROOT / "resources" / "scripts" / "images.json"),
