@@ -147,3 +147,16 @@ def test_image_bands_end_where_the_sliding_layers_let_the_image_go():
     seen, stored = rec.col("seen")[:, 0], rec.col("stored")[:, 0]
     assert seen[first.x1] - stored[first.x1] > first.last >= seen[first.x1 - 1] - stored[first.x1 - 1]
     assert second.x0 == rec.turns[1].first_step and second.x1 == rec.n_steps
+
+
+def test_the_token_view_shows_each_image_as_one_block():
+    from kvinspect.core.tokens.states import token_view
+    from kvinspect.core.tokens.text import token_text
+
+    s = _session(new_tokens=6)
+    _two_turns(s)
+    view = token_view(s.record)
+    text = token_text(view)
+    hashes = [m["hash"][:4] for m in s.record.turns[-1].media]
+    assert [f"[image 16 tok #{h}]" in text for h in hashes] == [True, True]
+    assert "<image_soft_token>" not in text and text.count("<start_of_image>") == 2
