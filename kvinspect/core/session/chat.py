@@ -30,7 +30,7 @@ from kvinspect.core.media.spans import ImageTokens, find_spans
 from kvinspect.core.model.loading import LoadedModel
 from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
-from kvinspect.core.session.policies import check_cache_available, check_cache_impl, check_policy
+from kvinspect.core.session.policies import MEDIA_POLICIES, check_cache_available, check_cache_impl, check_policy
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.stream import Sink
@@ -337,6 +337,9 @@ class ChatSession:
         o = self.options
         policy, impl = check_policy(o.policy), check_cache_impl(o.cache_impl)
         o.policy, o.cache_impl = policy, impl
+        if policy in MEDIA_POLICIES and self.processor is None:
+            raise ScriptError(f"the {policy} policy shows an image mistake: it needs a vision-language model "
+                              "(tiny-gemma3-vl)")
         o.settings.validate()
         index = len(self.record.turns)
         turn = TurnRecord(index=index, user=user_text, policy=policy, cache_impl=impl,
@@ -347,7 +350,7 @@ class ChatSession:
         content = self._content(user_text, len(new_pictures))
         messages = self._messages(content)
         pictures = self.pictures + new_pictures
-        prompt = self._render(messages, pictures)
+        prompt = self._render(messages, pictures, as_text=policy == "image-as-text")
         limit = self.max_positions
         if limit and len(prompt) > 2 * limit:
             # Up to the limit and a little past it the turn runs (past it, context_limit shows how a RoPE
@@ -430,7 +433,7 @@ class ChatSession:
         dtype = self.model.dtype
         return [pixel_hash(px[i].to(dtype)) for i in range(len(pictures))]
 
-    def _render(self, messages: list[dict], pictures: list | None = None) -> list[int]:
+    def _render(self, messages: list[dict], pictures: list | None = None, as_text: bool = False) -> list[int]:
         kw = {}
         if self.options.chat_template:
             kw["chat_template"] = self.options.chat_template
@@ -438,7 +441,8 @@ class ChatSession:
             out = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
         except Exception as exc:  # noqa: BLE001 - Jinja errors come in many types
             raise ScriptError(f"the chat template failed to render: {first_line(exc)}") from None
-        if self.processor is not None:
+        self._enc = None
+        if self.processor is not None and not as_text:
             # The processor expands each image placeholder into the image's span and makes the pixels and
             # token types that go with the ids; the ids are the whole conversation's, as for a text model.
             try:
@@ -505,7 +509,7 @@ class ChatSession:
         policy = ctx.policy
         use_cache = True
         cache = None
-        if policy == "reuse":
+        if policy == "reuse" or policy in MEDIA_POLICIES:
             self._prepare_reuse(prompt, ctx)
             cache = self.cache
         elif policy == "cache-without-config":
@@ -529,7 +533,7 @@ class ChatSession:
         ids = torch.tensor([prompt], dtype=torch.long, device=dev)
         kw = self._gen_kwargs(streamer, stop)
         kw["attention_mask"] = torch.ones_like(ids)
-        kw.update(self._media_inputs(prompt, ctx.reused, dev))
+        kw.update(self._media_inputs(prompt, ctx.reused, dev, policy))
         kw["use_cache"] = use_cache
         if cache is not None:
             kw[self.cache_kw] = cache
@@ -549,7 +553,7 @@ class ChatSession:
             self.cached_ids = []  # what the cache holds no longer matches any token list
         return new
 
-    def _media_inputs(self, prompt: list[int], reused: int, dev) -> dict:
+    def _media_inputs(self, prompt: list[int], reused: int, dev, policy: str = "reuse") -> dict:
         """The processor's token types for the whole prompt, and the pixels of only the images after the cached
         prefix: the cached ones are already in the cache's rows (encoding them again fails the call)."""
         enc = self._enc
@@ -557,10 +561,12 @@ class ChatSession:
             return {}
         kw = {}
         for key in ("token_type_ids", "mm_token_type_ids"):
-            if key in enc:
+            if key in enc and policy != "image-no-token-types":
                 kw[key] = enc[key].to(dev)
         px = enc.get("pixel_values")
-        if px is not None:
+        if px is not None and policy == "images-again":
+            kw["pixel_values"] = px.to(dev, self.model.dtype)  # the mistake: the cached pictures too
+        elif px is not None:
             spans = find_spans(prompt, self.image_tokens)
             keep = [k for k, sp in enumerate(spans) if sp.first >= reused]
             if keep and len(spans) == len(px):

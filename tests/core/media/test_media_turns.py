@@ -160,3 +160,27 @@ def test_the_token_view_shows_each_image_as_one_block():
     hashes = [m["hash"][:4] for m in s.record.turns[-1].media]
     assert [f"[image 16 tok #{h}]" in text for h in hashes] == [True, True]
     assert "<image_soft_token>" not in text and text.count("<start_of_image>") == 2
+
+
+@pytest.mark.parametrize("policy, want", [
+    ("reuse", {}),
+    ("image-as-text", {"media_fed_as_text": [1, 2]}),
+    ("images-again", {"media_reencoded": [2], "turn_failed": [2]}),
+    ("image-no-token-types", {"image_causal": [1, 2]}),
+])
+def test_each_image_policy_shows_its_mistake_and_nothing_else(policy, want):
+    s = _session(policy=policy, new_tokens=6)
+    _two_turns(s)
+    got: dict[str, list[int]] = {}
+    for e in s.record.events:
+        if e.is_problem:
+            got.setdefault(e.kind, []).append(e.turn + 1)
+    assert got == want, [e.message for e in s.record.events]
+    if policy == "images-again":
+        assert "the cache already holds" in s.record.turns[1].error
+
+
+def test_an_image_policy_needs_a_vision_language_model():
+    o = SessionOptions(policy="images-again")
+    with pytest.raises(ScriptError, match="vision-language"):
+        ChatSession(load_cached("tiny-llama"), o).run_turn("hello")
