@@ -83,6 +83,7 @@ class TurnContext:
     media_sizes: list[list[int]] | None = None  # the feeder's [width, height] of each image in the prompt
     media: list[dict] = field(default_factory=list)  # this turn's images (the turn line's ``media``)
     media_changed: dict | None = None  # the feeder's prefix check ended at a changed picture (image, first, hashes)
+    rope_deltas_cached: tuple | None = None  # M-RoPE: the rope_deltas this cache's last turn left on the model
 
 
 def _attention_rows(ctx: TurnContext):

@@ -19,6 +19,7 @@ from kvinspect.core.detect.events import (
     MEDIA_FED_AS_TEXT,
     MEDIA_REENCODED,
     PREFIX_DIVERGENCE,
+    ROPE_DELTAS_STALE,
     Event,
 )
 from kvinspect.core.media.spans import find_spans, held_rows, lone_placeholders
@@ -171,6 +172,26 @@ def media_events(ctx: TurnContext) -> list[Event]:
                 data={"images": [m["image"] for m in missing], "position": m0["first"],
                       "token_type_ids": tt is not None}))
     return events
+
+
+def rope_events(ctx: TurnContext) -> list[Event]:
+    """M-RoPE (Qwen2-VL style): a turn continued a cache with the rope_deltas another prefill left on the model.
+
+    generate() keeps the model's stored ``rope_deltas`` for a call that continues a cache with no new image,
+    so they must be the ones this cache's prefill computed."""
+    fed, held = ctx.media_fed, ctx.rope_deltas_cached
+    if fed is None or fed.rope_deltas is None or held is None or not ctx.reused:
+        return []
+    if any(m["first"] >= ctx.reused for m in ctx.media) or fed.rope_deltas == held:
+        return []  # a new image in the fed part: the call computed the positions again
+    return [Event(
+        ROPE_DELTAS_STALE, "warn", ctx.turn_index, ctx.first_step,
+        f"this turn continued a cache whose prefill left rope_deltas {list(held)}, but the model held "
+        f"{list(fed.rope_deltas)} from another prefill since: every new position is off by "
+        f"{abs(fed.rope_deltas[0] - held[0])}, and nothing failed",
+        "rope_deltas live on the model, not in the cache: before continuing one conversation after another "
+        "prefill, set model.model.rope_deltas back to this cache's (or keep one model per conversation).",
+        data={"cached": list(held), "used": list(fed.rope_deltas)})]
 
 
 def failure_reason(ctx: TurnContext) -> str | None:

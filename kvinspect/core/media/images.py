@@ -135,6 +135,25 @@ def encode_png(pixels: np.ndarray) -> bytes:
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
+def per_image(pixels, grid=None) -> list:
+    """The processed pixels of each image: a row of an ``images × C × H × W`` batch, or (Qwen2-VL's flattened
+    patches, with ``grid``: each image's t×h×w) that image's patch rows."""
+    if pixels is None:
+        return []
+    if grid is not None and len(pixels.shape) == 2:
+        sizes = [int(t) * int(h) * int(w) for t, h, w in grid.tolist()]
+        if sum(sizes) != int(pixels.shape[0]):
+            return []
+        out, at = [], 0
+        for n in sizes:
+            out.append(pixels[at:at + n])
+            at += n
+        return out
+    if len(pixels.shape) == 4:
+        return [pixels[i] for i in range(int(pixels.shape[0]))]
+    return []
+
+
 def pixel_hash(pixels) -> str:
     """Twelve hex digits of SHA-256 over the processed pixels (shape and values): the same picture, the same name."""
     arr = pixels.detach().float().cpu().numpy() if hasattr(pixels, "detach") else np.asarray(pixels, dtype=np.float32)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvinspect.core.media.images import pixel_hash
+from kvinspect.core.media.images import per_image, pixel_hash
 from kvinspect.core.media.spans import ImageTokens
 
 _TOWER_NAMES = ("vision_tower", "visual", "vision_model")
@@ -27,6 +27,7 @@ class FedMedia:
     vision_calls: int = 0
     forwards: int = 0
     token_types: list[int] | None = None  # the first forward's token_type_ids (row 0), None: not given
+    rope_deltas: tuple | None = None  # M-RoPE models: the model's stored rope_deltas the turn's first forward used
 
 
 def vision_tower(model):
@@ -48,6 +49,7 @@ class MediaWatch:
         self._fed = FedMedia()
         inner = getattr(model, "model", None)
         body = inner if inner is not None and hasattr(inner, "register_forward_pre_hook") else model
+        self._body = body
         self._handles = [tower.register_forward_pre_hook(self._on_tower, with_kwargs=True),
                          body.register_forward_pre_hook(self._on_forward, with_kwargs=True)]
 
@@ -67,16 +69,19 @@ class MediaWatch:
         if fed.forwards == 1:
             tt = kwargs.get("token_type_ids", kwargs.get("mm_token_type_ids"))
             fed.token_types = [int(x) for x in tt[0].tolist()] if tt is not None and hasattr(tt, "tolist") else None
+            # generate() sets rope_deltas before its first forward (or keeps the stored ones): the value used.
+            rd = getattr(self._body, "rope_deltas", None)
+            fed.rope_deltas = tuple(int(x) for x in rd.reshape(-1).tolist()) if hasattr(rd, "reshape") else None
         return None
 
     def _on_tower(self, module, args, kwargs):
         px = args[0] if args else kwargs.get("pixel_values", kwargs.get("hidden_states"))
         fed = self._fed
         fed.vision_calls += 1
-        if px is not None and hasattr(px, "shape") and len(px.shape) == 4:  # images × channels × H × W
-            for i in range(int(px.shape[0])):
-                fed.hashes.append(pixel_hash(px[i]))
-                fed.shapes.append(tuple(int(d) for d in px.shape[1:]))
+        if px is not None and hasattr(px, "shape"):
+            for img in per_image(px, kwargs.get("grid_thw", args[1] if len(args) > 1 else None)):
+                fed.hashes.append(pixel_hash(img))
+                fed.shapes.append(tuple(int(d) for d in img.shape))
         return None
 
     def reset(self) -> None:

@@ -79,6 +79,20 @@ BUILTINS: tuple[BuiltinModel, ...] = (
         ),
     ),
     BuiltinModel(
+        name="tiny-qwen2-vl",
+        title="Tiny Qwen2-VL (random weights)",
+        behaviour="random weights; M-RoPE positions, an image's span sized by the picture (112² 16 tokens, 56² 4)",
+        layer_kinds=("full",) * 2,
+        tiny=TinySpec(
+            "Qwen2VLTextConfig",
+            {"num_hidden_layers": 2, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+            vision=VisionSpec("qwen2", {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2,
+                                        "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                                        "in_chans": 3, "mlp_ratio": 2}, image_size=112),
+            min_transformers=5,
+        ),
+    ),
+    BuiltinModel(
         name="tiny-llama4",
         title="Tiny Llama4 text (random weights)",
         behaviour="chunked attention: RoPE layers attend within 64-token chunks, every 4th layer is global",

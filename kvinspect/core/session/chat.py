@@ -25,7 +25,7 @@ from kvinspect.core.detect.detectors import TurnContext, detect_turn
 from kvinspect.core.detect.events import TURN_STOPPED, Event
 from kvinspect.core.detect.provenance import checkpoint_file, config_sources, describe
 from kvinspect.core.errors import ScriptError, first_line
-from kvinspect.core.media.images import pixel_hash, read_image
+from kvinspect.core.media.images import per_image, pixel_hash, read_image
 from kvinspect.core.media.spans import ImageTokens, find_spans
 from kvinspect.core.model.loading import LoadedModel
 from kvinspect.core.session.options import SessionOptions
@@ -426,12 +426,14 @@ class ChatSession:
 
     def _hashes(self, pictures: list) -> list[str]:
         """Each picture's hash over the pixels the vision tower gets (the processor's, in the model's dtype)."""
-        px = self._enc["pixel_values"] if self._enc is not None and "pixel_values" in self._enc else None
-        if px is None or len(px) != len(pictures):
+        enc = self._enc
+        px = enc.get("pixel_values") if enc is not None else None
+        images = per_image(px, enc.get("image_grid_thw") if enc is not None else None)
+        if len(images) != len(pictures):
             return []
         # Every picture each turn, not only the new ones: one the program changed must not pass for the cached one.
         dtype = self.model.dtype
-        return [pixel_hash(px[i].to(dtype)) for i in range(len(pictures))]
+        return [pixel_hash(img.to(dtype)) for img in images]
 
     def _render(self, messages: list[dict], pictures: list | None = None, as_text: bool = False) -> list[int]:
         kw = {}
@@ -564,13 +566,27 @@ class ChatSession:
             if key in enc and policy != "image-no-token-types":
                 kw[key] = enc[key].to(dev)
         px = enc.get("pixel_values")
+        grid = enc.get("image_grid_thw")
+        if grid is not None:
+            kw["image_grid_thw"] = grid.to(dev)  # every image's: M-RoPE positions are computed over the whole prompt
         if px is not None and policy == "images-again":
             kw["pixel_values"] = px.to(dev, self.model.dtype)  # the mistake: the cached pictures too
         elif px is not None:
             spans = find_spans(prompt, self.image_tokens)
+            images = per_image(px, grid)
             keep = [k for k, sp in enumerate(spans) if sp.first >= reused]
-            if keep and len(spans) == len(px):
+            if keep and len(spans) == len(images) and (grid is None or keep[0] == 0):
                 kw["pixel_values"] = px[keep[0]:].to(dev, self.model.dtype)
+            elif keep and len(spans) == len(images):
+                # Qwen2-VL: the grids of every image (for the positions), the features of only the uncached ones,
+                # from the model's own vision tower (pixels with a partial grid would not match the grids).
+                import torch
+
+                rows = sum(int(img.shape[0]) for img in images[:keep[0]])
+                with torch.inference_mode():
+                    kw["mm_encoder_outputs"] = {"image": self.model.get_image_features(
+                        pixel_values=px[rows:].to(dev, self.model.dtype), image_grid_thw=grid[keep[0]:].to(dev),
+                        return_dict=True)}
         return kw
 
     def _run_refeed(self, prompt: list[int], ctx: TurnContext, streamer, stop) -> list[int]:

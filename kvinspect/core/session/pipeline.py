@@ -21,7 +21,7 @@ from kvinspect.core.cache.observer import StepSample, block
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, turn_checklist
 from kvinspect.core.detect.events import TURN_FAILED, Event
-from kvinspect.core.detect.media import add_held, failure_reason, media_events, turn_media
+from kvinspect.core.detect.media import add_held, failure_reason, media_events, rope_events, turn_media
 from kvinspect.core.errors import first_line
 from kvinspect.core.media.watch import MediaWatch
 from kvinspect.core.tokens.ids import pack_ids
@@ -107,7 +107,9 @@ class TurnPipeline:
         self.record = record
         # A vision-language model's hooks: what its vision tower encoded, and the token types, per turn.
         self.media = MediaWatch.of(model) if model is not None else None
-        self._media_prev: list[dict] = []
+        # Per cache object: the images its rows hold, and the rope_deltas its last turn used (M-RoPE models).
+        self._media_by_cache: dict[int, list[dict]] = {}
+        self._rope_by_cache: dict[int, tuple] = {}
         self.probe = probe
         self.memory = memory
         self.stream = Stream(record, sinks)
@@ -260,8 +262,11 @@ class TurnPipeline:
         fed = self.media.take()
         ctx.media_tokens = self.media.tokens
         ctx.media_fed = fed
+        cid = turn.cache_id
         if ctx.reused and not ctx.media_before:
-            ctx.media_before = self._media_prev
+            ctx.media_before = self._media_by_cache.get(cid, [])
+        if ctx.reused:
+            ctx.rope_deltas_cached = self._rope_by_cache.get(cid)
         ctx.media = turn.media = turn_media(ctx, turn.index)
         add_held(turn.media, turn.layers)
         turn.vision_calls = fed.vision_calls
@@ -269,9 +274,15 @@ class TurnPipeline:
         if reason is not None:
             turn.error = f"{reason} ({turn.error})"
             ctx.error = turn.error
-        if turn.status != "failed":
-            self._media_prev = turn.media
-        return media_events(ctx)
+        events = media_events(ctx) + rope_events(ctx)
+        if turn.status != "failed" and cid:
+            self._media_by_cache[cid] = turn.media
+            if fed.rope_deltas is not None and not any(e.kind == "rope_deltas_stale" for e in events):
+                self._rope_by_cache[cid] = fed.rope_deltas
+            for d in (self._media_by_cache, self._rope_by_cache):
+                while len(d) > 16:  # the caches a program still continues are its last few
+                    d.pop(next(iter(d)))
+        return events
 
     def note(self, key: str, value: Any) -> None:
         self.stream.emit(Note(key, value))

@@ -184,3 +184,45 @@ def test_an_image_policy_needs_a_vision_language_model():
     o = SessionOptions(policy="images-again")
     with pytest.raises(ScriptError, match="vision-language"):
         ChatSession(load_cached("tiny-llama"), o).run_turn("hello")
+
+
+# -- Qwen2-VL: M-RoPE, spans sized by the picture -----------------------------------------------------------
+
+def _qwen(policy="reuse", new_tokens=6):
+    o = SessionOptions(policy=policy)
+    o.settings = GenerationSettings(max_new_tokens=new_tokens)
+    return ChatSession(load_vl("tiny-qwen2-vl"), o)
+
+
+def test_qwen_image_spans_follow_the_pictures_size_and_reuse_equals_a_fresh_prefill():
+    lm = load_vl("tiny-qwen2-vl")
+    s = _qwen()
+    s.run_turn("what is in this picture?", images=[IMAGES / "tiles.png"])  # 112²: 16 tokens
+    logits = []
+    h = lm.model.lm_head.register_forward_hook(lambda m, a, out: logits.append(out[0, -1].detach().clone()))
+    try:
+        t2 = s.run_turn("and this one?", images=[IMAGES / "gradient.png"])  # 32×24, to the 56² minimum: 6
+    finally:
+        h.remove()
+    assert [m["tokens"] for m in t2.media] == [16, 6] and t2.reused_tokens > t2.media[0]["last"]
+    assert [m["encoded"] for m in t2.media] == [False, True] and t2.vision_calls == 1
+    assert [e for e in s.record.events if e.is_problem] == []
+    lm.model.model.rope_deltas = None  # a fresh prefill computes them again
+    with torch.inference_mode():
+        fresh = lm.model(**s._enc).logits[0, -1]
+    assert float((logits[0] - fresh).abs().max()) < 1e-3
+
+
+@pytest.mark.parametrize("policy, want", [
+    ("image-as-text", {"media_fed_as_text": [1, 2]}),
+    ("images-again", {"media_reencoded": [2], "turn_failed": [2]}),
+])
+def test_qwen_image_policies_show_their_mistake(policy, want):
+    s = _qwen(policy)
+    s.run_turn("what is in this picture?", images=[IMAGES / "tiles.png"])
+    s.run_turn("and this one?", images=[IMAGES / "gradient.png"])
+    got: dict[str, list[int]] = {}
+    for e in s.record.events:
+        if e.is_problem:
+            got.setdefault(e.kind, []).append(e.turn + 1)
+    assert got == want, [e.message for e in s.record.events]

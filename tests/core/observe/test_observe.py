@@ -93,7 +93,7 @@ def test_example_yields_exactly_its_events(spec, name):
 @pytest.mark.parametrize("name", sorted(EXPECTED_IMAGES))
 def test_image_example_yields_exactly_its_events(name):
     """The vision-language examples, ``run(model, processor)``, on tiny-gemma3-vl."""
-    lm = load_vl()
+    lm = load_vl(EXPECTED_IMAGES[name].get("model", "tiny-gemma3-vl"))
     mod = load_example(name)
     with contextlib.redirect_stdout(io.StringIO()):
         with kvinspect.observe(lm.model, lm.tokenizer) as rec:
