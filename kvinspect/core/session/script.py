@@ -117,7 +117,7 @@ def _turn(t, i: int, where: str, base: Path | None) -> tuple[str, list[str]]:
             raise ScriptError(f"{where}: turn {i + 1}'s \"images\" must be a list of image file paths")
         if len(raw) > MAX_IMAGES_PER_TURN:
             raise ScriptError(f"{where}: turn {i + 1} has {len(raw)} images; a turn takes at most {MAX_IMAGES_PER_TURN}")
-        images = [str((base / x) if base is not None and not Path(x).is_absolute() else Path(x)) for x in raw]
+        images = [os.path.normpath(base / x) if base is not None and not Path(x).is_absolute() else x for x in raw]
         t = t.get("text")
     if not isinstance(t, str) or not t.strip():
         raise ScriptError(f"{where}: turn {i + 1} must be a non-empty string (or {{\"text\": ..., \"images\": [...]}})")
