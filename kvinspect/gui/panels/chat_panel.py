@@ -17,11 +17,40 @@ from kvinspect.core.session.script import GenerationSettings
 from kvinspect.gui.base import theme as th
 from kvinspect.gui.engine_link.engine_requests import TurnRequest
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
+
 
 class ChatInput(QtWidgets.QPlainTextEdit):
-    """Enter sends, Shift+Enter inserts a newline."""
+    """Enter sends, Shift+Enter inserts a newline; image files dropped or a picture pasted attach to the message."""
 
     submitted = QtCore.Signal()
+    imagesDropped = QtCore.Signal(list)  # file paths
+    _paste_dir: str | None = None
+
+    def _images_in(self, source: QtCore.QMimeData) -> list[str]:
+        files = [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
+        return [f for f in files if f.lower().endswith(IMAGE_SUFFIXES)]
+
+    def canInsertFromMimeData(self, source: QtCore.QMimeData) -> bool:
+        return bool(self._images_in(source)) or source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QtCore.QMimeData) -> None:
+        files = self._images_in(source)
+        if not files and source.hasImage() and not source.hasText():
+            image = QtGui.QImage(source.imageData())
+            if not image.isNull():
+                # A pasted picture has no file: the engine reads files, so it gets one (kept for the session).
+                import tempfile
+
+                if ChatInput._paste_dir is None:
+                    ChatInput._paste_dir = tempfile.mkdtemp(prefix="kvinspect-pasted-")
+                path = str(Path(ChatInput._paste_dir) / f"pasted-{len(list(Path(ChatInput._paste_dir).iterdir())) + 1}.png")
+                if image.save(path, "PNG"):
+                    files = [path]
+        if files:
+            self.imagesDropped.emit(files)
+            return
+        super().insertFromMimeData(source)
 
     def keyPressEvent(self, e: QtGui.QKeyEvent) -> None:
         if e.key() in (QtCore.Qt.Key.Key_Return, QtCore.Qt.Key.Key_Enter) and not (
@@ -126,6 +155,7 @@ class ChatPanel(QtWidgets.QWidget):
         self.input.setPlaceholderText("Message (Enter sends, Shift+Enter for a new line)")
         self.input.setFixedHeight(64)
         self.input.submitted.connect(self.send)
+        self.input.imagesDropped.connect(self.attach_images)
         self.send_button = QtWidgets.QPushButton("Send")
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self.send)

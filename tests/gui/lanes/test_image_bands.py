@@ -56,3 +56,28 @@ def test_chat_pane_attaches_images_to_the_next_message(qtbot):
     assert "<img" in p.transcript.toHtml() and "gradient.png" in p.transcript.toHtml()
     p.clear_images()
     assert p.request("next").images == [] and p.attached.isHidden()
+
+
+def test_dropped_image_files_and_a_pasted_picture_attach_to_the_next_message(qtbot):
+    from PySide6 import QtCore, QtGui
+
+    from kvinspect.gui.panels.chat_panel import ChatPanel
+
+    p = ChatPanel()
+    qtbot.addWidget(p)
+    img = str(RESOURCES / "images" / "checker.png")
+    drop = QtCore.QMimeData()
+    drop.setUrls([QtCore.QUrl.fromLocalFile(img), QtCore.QUrl.fromLocalFile(str(RESOURCES / "scripts" / "demo.json"))])
+    assert p.input.canInsertFromMimeData(drop)
+    p.input.insertFromMimeData(drop)
+    assert p.images == [img] and p.input.toPlainText() == ""
+    paste = QtCore.QMimeData()
+    picture = QtGui.QImage(8, 6, QtGui.QImage.Format.Format_RGB32)
+    picture.fill(QtGui.QColor("#3D7EFF"))
+    paste.setImageData(picture)
+    p.input.insertFromMimeData(paste)
+    assert len(p.images) == 2 and p.images[1].endswith(".png") and not QtGui.QImage(p.images[1]).isNull()
+    text = QtCore.QMimeData()
+    text.setText("just words")
+    p.input.insertFromMimeData(text)
+    assert p.input.toPlainText() == "just words" and len(p.images) == 2
