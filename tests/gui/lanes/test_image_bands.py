@@ -81,3 +81,22 @@ def test_dropped_image_files_and_a_pasted_picture_attach_to_the_next_message(qtb
     text.setText("just words")
     p.input.insertFromMimeData(text)
     assert p.input.toPlainText() == "just words" and len(p.images) == 2
+
+
+def test_tokens_panel_draws_each_image_as_one_block(qtbot, vl_record):
+    from kvinspect.gui.panels.tokens_panel import TokensPanel, tooltip
+
+    p = TokensPanel()
+    qtbot.addWidget(p)
+    p.resize(900, 400)
+    p.show()
+    qtbot.waitExposed(p)
+    p.render(vl_record)
+    c = p.canvas
+    c._relayout()
+    view = c.view
+    assert sorted(view.media) == sorted(c._image_label) and len(c._image_label) == 2
+    for cell, (n, label) in view.media.items():
+        assert c._w[cell] > 0 and (c._w[cell + 1:cell + n] == 0).all() and label.startswith("image 16 tok #")
+        assert "image 16 tok" in tooltip(view, cell)
+    c.repaint()  # paints without error, the hidden cells skipped
