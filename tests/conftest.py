@@ -39,6 +39,16 @@ def load_cached(spec: str):
     return _loaded[spec]
 
 
+def load_vl(spec: str = "tiny-gemma3-vl"):
+    """A vision-language built-in, or the test skipped where this transformers cannot build it (4.x without Pillow)."""
+    from kvinspect.core.errors import ModelSpecError
+
+    try:
+        return load_cached(spec)
+    except ModelSpecError as exc:
+        pytest.skip(str(exc))
+
+
 TINY = ("tiny-llama", "tiny-mistral", "tiny-gemma3", "tiny-llama4", "tiny-gemma2")
 WINDOWED = ("tiny-mistral", "tiny-gemma3", "tiny-llama4", "tiny-gemma2")
 

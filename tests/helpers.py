@@ -18,6 +18,17 @@ RESOURCES = ROOT / "resources"
 FUZZ_SEED = ROOT / "tests" / "fuzz" / "data" / "tiny-gemma3.jsonl"
 
 
+def vl_unavailable() -> str:
+    """Why tiny-gemma3-vl cannot be built here ("" when it can): transformers 4.x's image processor needs Pillow."""
+    import importlib.util
+
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) >= 5 or importlib.util.find_spec("PIL") is not None:
+        return ""
+    return f"tiny-gemma3-vl needs Pillow with transformers {transformers.__version__}"
+
+
 def kvinspect_argv(*args: str) -> list[str]:
     """``python -m kvinspect ARGS`` with this interpreter."""
     return [sys.executable, "-m", "kvinspect", *map(str, args)]

@@ -279,7 +279,8 @@ def _request_schemas() -> dict:
         LOAD: _obj({"spec": _str(MAX_SPEC_CHARS), "device": name, "dtype": name, "trust_remote_code": _opt(_bool),
                     "session": session, "command": argv}, required=("spec",)),
         FETCH: _obj({"name": name}),
-        TURN: _obj({"text": text, **configure}, required=("text",)),
+        # images: picture files the engine reads (on its own machine) for a vision-language model's turn
+        TURN: _obj({"text": text, "images": _opt(_list(_str(MAX_PATH_CHARS), 64)), **configure}, required=("text",)),
         CONFIGURE: _obj(configure),
         NEW_CHAT: _obj({}), SHUTDOWN: _obj({}), STOP: _obj({}), CANCEL: _obj({}),
         CHECK: _obj({"names": _list(_str(MAX_NAME_CHARS), 1000)}, required=("names",)),

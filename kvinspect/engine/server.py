@@ -324,7 +324,7 @@ class Engine:
         s = self._session()
         self._apply_settings(req)
         # Tokens, step blocks, the turn line and its events reach the window through the session's stream.
-        turn = s.run_turn(req.get("text", ""), should_stop=self.stop.is_set)
+        turn = s.run_turn(req.get("text", ""), should_stop=self.stop.is_set, images=req.get("images") or [])
         self.out.send({"type": P.TURN_DONE, "id": req.get("id"), "index": turn.index, "status": turn.status})
 
     def _do_new_chat(self, req: dict) -> None:

@@ -112,7 +112,8 @@ def run_from_args(args, argv: list[str] | None = None) -> int:
     if scripted:
         from kvinspect.gui.windows.script_driver import ScriptDriver
 
-        win.driver = ScriptDriver(win, script.turns if script else [], args.screenshot, args.exit_when_done)
+        win.driver = ScriptDriver(win, script.turns if script else [], args.screenshot, args.exit_when_done,
+                                  images=script.images if script else [])
     if args.model:
         win.load(args.model, args.device, args.dtype, args.trust_remote_code,
                  host=getattr(args, "ssh", None), python=getattr(args, "ssh_python", None))

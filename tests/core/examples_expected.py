@@ -19,7 +19,9 @@ FIVE_ONLY = {"mistake_same_input_again.py", "mistake_new_message_only.py", "mist
              "library_prompt_lookup_refeed.py"}
 
 
-def load_expected() -> dict:
+def load_expected(images: bool = False) -> dict:
+    """The text examples, or (``images``) the vision-language ones: ``run(model, processor)`` on tiny-gemma3-vl."""
     data = json.loads((EXAMPLES_DIR / "expected.json").read_text())
     old = int(transformers.__version__.split(".")[0]) < 5
-    return {k: v for k, v in data.items() if k.endswith(".py") and not (old and k in FIVE_ONLY)}
+    return {k: v for k, v in data.items() if k.endswith(".py") and not (old and k in FIVE_ONLY)
+            and bool(v.get("images")) == images}

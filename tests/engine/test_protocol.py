@@ -17,6 +17,7 @@ from kvinspect.core.trace.stream import RecordBuilder
 from kvinspect.engine import protocol as P
 from kvinspect.engine.launch import engine_command
 from kvinspect.engine.stdio import LineWriter, coalesce
+from tests.helpers import vl_unavailable
 
 from .conftest import HERE
 
@@ -203,3 +204,23 @@ def test_coalesce_merges_neighbours_only():
     assert out[0].text == "ab" and out[1].text == "c"
     assert out[2].first == 0 and out[2].n == 5 and list(out[2].cols["t"]) == [0, 1, 2, 3, 4]
     assert out[4]["t"] == 2
+
+
+@pytest.mark.skipif(bool(vl_unavailable()), reason=vl_unavailable() or "-")
+def test_an_image_turn_reaches_the_engine_and_its_media_the_stream(engine_child):
+    from tests.helpers import RESOURCES
+
+    e = engine_child()
+    e.hello()
+    assert e.until(rid=e.request("load", spec="tiny-gemma3-vl", device="cpu"))["type"] == "loaded"
+    picture = str(RESOURCES / "images" / "gradient.png")
+    done = e.until(rid=e.request("turn", text="What is it?", images=[picture], settings={"max_new_tokens": 4}))
+    assert done["type"] == "turn_done" and done["status"] == "ok", done
+    bad = e.until(rid=e.request("turn", text="And?", images="not a list"))
+    assert bad["type"] == "error" and "images" in bad["message"]
+    rid = e.request("shutdown")
+    assert e.until(rid=rid)["type"] == "bye"
+    e.close()
+    rec = _decode(e.lines).record
+    (turn,) = rec.turns
+    assert turn.vision_calls == 1 and [(m["image"], m["tokens"]) for m in turn.media] == [(0, 16)]

@@ -75,6 +75,15 @@ class TurnContext:
     special_ids: frozenset = frozenset()  # the tokenizer's special ids (divergence details)
     role: str = ""  # "draft": the turn is a draft model's share of another model's generate() call
     pad_tokens: list[int] = field(default_factory=list)  # left-padding positions of each batch row
+    # Multimodal turns (core/detect/media.py); the pipeline fills them when the model has a vision tower.
+    media_tokens: Any = None  # core.media.spans.ImageTokens
+    media_fed: Any = None  # core.media.watch.FedMedia: what the vision tower encoded this turn
+    media_before: list[dict] = field(default_factory=list)  # the continued cache's images (the last turn's media)
+    media_known: list[str] | None = None  # the feeder's pixel hash of each image in the prompt, when it ran the processor
+    media_sizes: list[list[int]] | None = None  # the feeder's [width, height] of each image in the prompt
+    media: list[dict] = field(default_factory=list)  # this turn's images (the turn line's ``media``)
+    media_changed: dict | None = None  # the feeder's prefix check ended at a changed picture (image, first, hashes)
+    rope_deltas_cached: tuple | None = None  # M-RoPE: the rope_deltas this cache's last turn left on the model
 
 
 def _attention_rows(ctx: TurnContext):
@@ -140,6 +149,8 @@ def detect_turn(ctx: TurnContext, record) -> list[Event]:
     if ctx.prev_cache_id and ctx.prev_cache_id not in ids:
         prefill = cached[0].q_len
         reusable = min(_lcp(ctx.cached_ids_before, ctx.prompt), max(len(ctx.prompt) - 1, 0)) if ctx.cached_ids_before else 0
+        if ctx.media_changed is not None:  # the ids agree further, the pictures do not
+            reusable = min(reusable, ctx.media_changed["first"])
         why = ctx.created_reason or "the code built or received a different cache object"
         msg = (f"turn {ctx.turn_index + 1} used a new cache object (#{first_id}, previous #{ctx.prev_cache_id}): "
                f"{why}; the prefill encoded {prefill} of {len(ctx.prompt)} prompt tokens")
@@ -213,7 +224,7 @@ def detect_turn(ctx: TurnContext, record) -> list[Event]:
             ))
 
     # -- prefix divergence ---------------------------------------------------------------------
-    if ctx.divergence_at is not None:
+    if ctx.divergence_at is not None and ctx.media_changed is None:  # a changed picture: core/detect/media.py
         n = ctx.divergence_at
         if ctx.crop_error:
             what = f"cropping failed ({ctx.crop_error}), so a new cache re-prefilled all {len(ctx.prompt)} tokens"

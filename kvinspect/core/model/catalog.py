@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from kvinspect.core.cache.layer_kinds import kinds_short
 from kvinspect.core.model.templates import TRANSCRIPT_TEMPLATE
 from kvinspect.core.model.tiny import VOCAB_SIZE, TinySpec
+from kvinspect.core.model.tiny_vl import VisionSpec
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,35 @@ BUILTINS: tuple[BuiltinModel, ...] = (
         tiny=TinySpec(
             "Gemma3TextConfig",
             {"num_hidden_layers": 6, "sliding_window": 96, "query_pre_attn_scalar": 16},
+        ),
+    ),
+    BuiltinModel(
+        name="tiny-gemma3-vl",
+        title="Tiny Gemma 3 vision-language (random weights)",
+        behaviour="random weights; images as 16-token bidirectional spans; three sliding (80) layers, one global",
+        layer_kinds=("sliding",) * 3 + ("full",),
+        # Longer than one image turn, shorter than two: the first image leaves the sliding layers in turn 2.
+        window=80,
+        tiny=TinySpec(
+            "Gemma3TextConfig",
+            {"num_hidden_layers": 4, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+             "sliding_window": 80, "query_pre_attn_scalar": 16},
+            vision=VisionSpec("gemma3", {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                                         "num_attention_heads": 2, "patch_size": 7}),
+        ),
+    ),
+    BuiltinModel(
+        name="tiny-qwen2-vl",
+        title="Tiny Qwen2-VL (random weights)",
+        behaviour="random weights; M-RoPE positions, an image's span sized by the picture (112² 16 tokens, 56² 4)",
+        layer_kinds=("full",) * 2,
+        tiny=TinySpec(
+            "Qwen2VLTextConfig",
+            {"num_hidden_layers": 2, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+            vision=VisionSpec("qwen2", {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2,
+                                        "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                                        "in_chans": 3, "mlp_ratio": 2}, image_size=112),
+            min_transformers=5,
         ),
     ),
     BuiltinModel(

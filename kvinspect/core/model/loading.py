@@ -66,6 +66,8 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)
     #: Where the weights came from: gguf | converted-cache | folder | hub | builtin (summary.json model_info).
     load_source: str = "builtin"
+    #: A vision-language model's processor (images and text into ids, pixels, token types); None: text only.
+    processor: Any = None
 
     @property
     def config(self):
@@ -244,6 +246,7 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, "cuda" if dev_label == "multi-gpu" else dev_label)
 
     load_source = "builtin"
+    processor = None
     if resolved.kind == "builtin":
         from kvinspect.core.model.tiny import build_model, build_tokenizer
 
@@ -251,9 +254,17 @@ def load_model(
         if tiny is None:  # resolve_spec gives kind "builtin" only to a built-in with a TinySpec
             raise ModelSpecError(f"{spec} is not a tiny built-in model")
         step("building tokenizer", 0.3)
-        tok = build_tokenizer()
-        step("building model", 0.5)
-        model = build_model(tiny)
+        if tiny.vision is not None:
+            from kvinspect.core.model import tiny_vl
+
+            tok = tiny_vl.build_tokenizer(tiny.vision)
+            processor = tiny_vl.build_processor(tiny.vision, tok)
+            step("building model", 0.5)
+            model = tiny_vl.build_model(tiny, tiny.vision, tok)
+        else:
+            tok = build_tokenizer()
+            step("building model", 0.5)
+            model = build_model(tiny)
         if torch_dtype != model.dtype:
             model = model.to(torch_dtype)
         if dev_label != "cpu":
@@ -284,6 +295,7 @@ def load_model(
         trust_remote_code=trust_remote_code,
         notes=notes,
         load_source=load_source,
+        processor=processor,
     )
 
 

@@ -13,6 +13,7 @@ one token).
 from __future__ import annotations
 
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,8 @@ class TinySpec:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: Oldest transformers major version whose cache this built-in shows (its layer classes are 5.x-only).
     min_transformers: int | None = None
+    #: A vision-language built-in: its vision half (kvinspect.core.model.tiny_vl.VisionSpec).
+    vision: Any = None
 
 
 _COMMON = dict(
@@ -108,12 +111,20 @@ def build_model(spec: TinySpec):
         torch.manual_seed(SEED)
         model = AutoModelForCausalLM.from_config(config)
     model.eval()
+    set_generation_config(model)
+    return model
+
+
+def common_config() -> dict[str, Any]:
+    return dict(_COMMON)
+
+
+def set_generation_config(model, extra_suppressed: Iterable[int] = ()) -> None:
     gc = model.generation_config
     gc.eos_token_id = EOS_ID
     gc.pad_token_id = PAD_ID
     gc.bos_token_id = BOS_ID
-    gc.suppress_tokens = suppressed_ids()
-    return model
+    gc.suppress_tokens = suppressed_ids() + [int(i) for i in extra_suppressed]
 
 
 def suppressed_ids() -> list[int]:

@@ -195,7 +195,8 @@ class ModelObserver:
         if on_event is not None or on_turn is not None:
             sinks.append(callback_sink(on_event=on_event, on_turn=on_turn))
         self.pipeline = TurnPipeline(self.record, self.probe, self.memory, sinks, flush_every_s=flush_every_s,
-                                     max_positions=compat.max_positions(model.config), owns_peak=False)
+                                     max_positions=compat.max_positions(model.config), owns_peak=False,
+                                     model=model)
         self.steps = _GuardedStepObserver(model, self.probe, self._on_sample, self.memory, keep_input_ids=True,
                                           on_error=self._fail, on_raise=self._forward_raised)
         self.book = TokenBook()

@@ -213,27 +213,37 @@ class Tracer:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``callback`` right after the module ``name`` finishes importing (once)."""
+    """Runs ``callback`` right after the module ``name`` finishes importing (once).
+
+    It stays in ``sys.meta_path`` until the module has really been executed: a probe such as
+    transformers' ``importlib.util.find_spec("torch")`` (is_torch_available) asks finders too, and a
+    finder that left at the probe missed the import that followed, so a program that imported
+    transformers before torch was never traced.
+    """
 
     def __init__(self, name: str, callback):
         self.name = name
         self.callback = callback
+        self._asking = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
+        if fullname != self.name or self._asking:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        self._asking = True  # the real finders answer the question below, not this one again
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._asking = False
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _CallbackLoader(spec.loader, self.callback)
+            spec.loader = _CallbackLoader(spec.loader, self.callback, self)
         return spec
 
 
 class _CallbackLoader(importlib.abc.Loader):
-    def __init__(self, real, callback):
+    def __init__(self, real, callback, finder=None):
         self.real = real
         self.callback = callback
+        self.finder = finder
 
     def create_module(self, spec):
         return self.real.create_module(spec)
@@ -243,6 +253,8 @@ class _CallbackLoader(importlib.abc.Loader):
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self.real
         self.real.exec_module(module)
+        if self.finder is not None and self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
         try:
             self.callback()
         except Exception as exc:  # noqa: BLE001 - tracing is optional, the program is not

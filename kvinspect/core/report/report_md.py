@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from kvinspect.core.cache.layer_kinds import base_kind, layer_kinds
 from kvinspect.core.detect.provenance import shown
 from kvinspect.core.report.md_snippets import (
     cache_label,
@@ -34,7 +35,7 @@ from kvinspect.core.report.reproduce import (
     reproduce,
     trace_origin,
 )
-from kvinspect.core.text_safety import Markdown, md_text
+from kvinspect.core.text_safety import Markdown, md_code, md_text
 from kvinspect.core.tokens.text import STRIP_LEGEND, event_strip
 from kvinspect.core.trace.record import TraceRecord
 from kvinspect.core.trace.tracefile import TRACE_NAME
@@ -61,7 +62,7 @@ def report_markdown(record: TraceRecord, *, reproduction: Reproduction | None = 
     parts = [
         _title(record), _sec_reproduce(record, rep, redacted), "## Environment\n\n" + _env_table(record),
         _sec_model(record), _sec_cache(record, rep), _sec_provenance(record), "## Turns\n\n" + turns_markdown(record),
-        _sec_conversation(record, redacted), _sec_events(record), _sec_checklist(record),
+        _sec_conversation(record, redacted), _sec_images(record), _sec_events(record), _sec_checklist(record),
         _sec_plots(images or {}, screenshot, image_notes), _sec_layers(record), _sec_notes(record),
         _sec_files(files),
         f"---\n<sub>Written by kvinspect {md_text((record.header.get('versions') or {}).get('kvinspect') or '')} from "
@@ -362,6 +363,32 @@ def _sec_plots(images: dict[str, list[str]], screenshot: str | None, notes: Sequ
     if len(out) == 1:
         out.append("No images in this bundle.")
     return "\n\n".join(out)
+
+
+def _sec_images(record: TraceRecord) -> str:
+    """Each image of a vision-language conversation at its last turn: its span, pixel hash and who still holds it."""
+    last: dict[int, tuple[int, dict]] = {}
+    for t in record.turns:
+        for m in getattr(t, "media", None) or []:
+            last[int(m.get("image", 0))] = (t.index, m)
+    if not last:
+        return ""
+    kinds = [base_kind(k) for k in layer_kinds(record)]
+    rows = []
+    for image, (turn, m) in sorted(last.items()):
+        held = m.get("held") or []
+        by_kind: dict[str, list[int]] = {}
+        for i, n in enumerate(held):
+            by_kind.setdefault(kinds[i] if i < len(kinds) else "?", []).append(int(n))
+        where = ", ".join(f"{k}: {min(v)}" + (f"–{max(v)}" if max(v) != min(v) else "") for k, v in by_kind.items())
+        size = m.get("size")
+        rows.append([str(image + 1), str(int(m.get("turn", 0)) + 1), f"{m.get('first')}–{m.get('last')}",
+                     str(m.get("tokens")), md_code(f"#{m.get('hash', '')}"),
+                     f"{size[0]}×{size[1]}" if isinstance(size, list) and len(size) == 2 else "–",
+                     f"{where} rows (turn {turn + 1})"])
+    return ("## Images\n\nEach image's span in the cache (positions of its image tokens) and how many of its rows each "
+            "layer kind still held at its last turn; the hash is over the processed pixels.\n\n"
+            + md_table(["Image", "Sent in turn", "Positions", "Tokens", "Pixel hash", "Size", "Rows held"], rows))
 
 
 def _sec_layers(record: TraceRecord) -> str:

@@ -80,7 +80,10 @@ def rebuild_script(record: TraceRecord) -> tuple[ChatScript | None, list[str]]:
     raw = dict(turns[0].settings or sess.get("settings") or {})
     known = set(GenerationSettings.__dataclass_fields__)
     settings = GenerationSettings(**{k: v for k, v in raw.items() if k in known})
-    differ = [t.index + 1 for t in turns[1:] if t.settings and t.settings != turns[0].settings]
+    def same(s: dict) -> dict:  # a turn's pictures are its own, not a setting
+        return {k: v for k, v in s.items() if k != "images"}
+
+    differ = [t.index + 1 for t in turns[1:] if t.settings and same(t.settings) != same(turns[0].settings)]
     if differ:
         caveats.append(f"{turn_phrase(differ)} ran with other generation settings than turn 1; "
                        f"a script has one set, so {_it(differ)} {_verb(differ, 'replays', 'replay')} with "
@@ -94,7 +97,12 @@ def rebuild_script(record: TraceRecord) -> tuple[ChatScript | None, list[str]]:
         caveats.append(f"{turn_phrase(cut)} did not finish in this trace; the rerun completes {_it(cut)}")
     if settings.do_sample:
         caveats.append("sampling is on: the rerun matches only with the same seed, device and library versions")
-    return ChatScript(turns=[t.user for t in turns], system=sess.get("system"), settings=settings), caveats
+    images = [[str(p) for p in (t.settings or {}).get("images") or []] for t in turns]
+    if any(images):
+        caveats.append("the script names each turn's pictures by their paths on the machine that ran it: copy them "
+                       "there, or edit the paths")
+    return ChatScript(turns=[t.user for t in turns], system=sess.get("system"), settings=settings,
+                      images=images if any(images) else []), caveats
 
 
 def reproduce(record: TraceRecord) -> Reproduction:

@@ -13,7 +13,8 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from kvinspect.core import compat, env
 from kvinspect.core.cache import layer_shapes
@@ -24,10 +25,12 @@ from kvinspect.core.detect.detectors import TurnContext, detect_turn
 from kvinspect.core.detect.events import TURN_STOPPED, Event
 from kvinspect.core.detect.provenance import checkpoint_file, config_sources, describe
 from kvinspect.core.errors import ScriptError, first_line
+from kvinspect.core.media.images import per_image, pixel_hash, read_image
+from kvinspect.core.media.spans import ImageTokens, find_spans
 from kvinspect.core.model.loading import LoadedModel
 from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.pipeline import Failure, TurnPipeline, callback_sink
-from kvinspect.core.session.policies import check_cache_available, check_cache_impl, check_policy
+from kvinspect.core.session.policies import MEDIA_POLICIES, check_cache_available, check_cache_impl, check_policy
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
 from kvinspect.core.trace.stream import Sink
@@ -141,12 +144,20 @@ class ChatSession:
         if on_event is not None:
             out.append(callback_sink(on_event=on_event))
         self.pipeline = TurnPipeline(self.record, self.probe, self.memory, out, flush_every_s=flush_every_s,
-                                     max_positions=self.max_positions)
+                                     max_positions=self.max_positions, model=self.model)
         self.observer = StepObserver(self.model, self.probe, self.pipeline.step, self.memory).attach()
         self.observer.enabled = False
         self.history: list[dict] = []
         self.cache = None
         self.cached_ids: list[int] = []
+        # Multimodal: the processor, the conversation's pictures in order, the image each cached span was computed from.
+        self.processor = getattr(loaded, "processor", None)
+        self.image_tokens = ImageTokens.of(self.model.config) if self.processor is not None else None
+        self.pictures: list = []
+        self.picture_hashes: list[str] = []
+        self.cached_media: dict[int, str] = {}  # a cached span's first position -> its pixel hash
+        self._enc = None  # the processor's output for the prompt being run
+        self._pending_hashes: list[str] = []  # the prompt's pictures' hashes, in order
         self.cache_opening: int | None = None  # tokens of the first prompt the current cache took
         self._gc_file: tuple[str | None, dict] | None = None  # the checkpoint's generation_config.json
         self.last_cache_id: int | None = None
@@ -268,7 +279,7 @@ class ChatSession:
             ctx.created_reason = "first turn" if not ctx.turn_index else "no cache to reuse"
             return
         cur = len(self.cached_ids)
-        lcp = longest_common_prefix(self.cached_ids, prompt)
+        lcp = self._media_prefix(prompt, longest_common_prefix(self.cached_ids, prompt), ctx)
         p = min(lcp, len(prompt) - 1)
         if lcp < cur:
             ctx.divergence_at = lcp
@@ -293,23 +304,53 @@ class ChatSession:
                 ctx.created_reason = "cropping impossible (sliding layers past their window): full re-prefill"
         ctx.reused = len(self.cached_ids)
 
+    def _media_prefix(self, prompt: list[int], lcp: int, ctx: TurnContext) -> int:
+        """The common prefix, ended at an image's first token where the ids agree but the picture does not, or
+        where it would cut the image's span (an image's tokens are fed together)."""
+        if self.image_tokens is None:
+            return lcp
+        hashes = self._pending_hashes
+        for k, sp in enumerate(find_spans(prompt, self.image_tokens)):
+            if sp.first >= lcp:
+                break
+            held = self.cached_media.get(sp.first)
+            if held is not None and k < len(hashes) and hashes[k] != held and sp.last < lcp:
+                ctx.media_changed = {"image": k, "first": sp.first, "last": sp.last, "cached_hash": held,
+                                     "given_hash": hashes[k]}
+                return sp.first
+            if sp.last >= lcp:
+                return sp.first
+        return lcp
+
     # -- a turn -----------------------------------------------------------------------------
     def run_turn(self, user_text: str, on_token: TokenCallback | None = None,
-                 should_stop: StopCheck | None = None) -> TurnRecord:
+                 should_stop: StopCheck | None = None, images: Sequence[str | Path] = ()) -> TurnRecord:
+        """One turn; ``images``: picture files sent with the message (a vision-language model's processor takes them)."""
         if self._closed:
             raise RuntimeError("session is closed")
         if not isinstance(user_text, str) or not user_text.strip():
             raise ScriptError("a turn needs a non-empty user message")
+        if images and self.processor is None:
+            raise ScriptError(f"{self.loaded.name} takes no images (it has no processor); load a vision-language "
+                              "model such as tiny-gemma3-vl")
+        new_pictures = [read_image(p) for p in images]
         o = self.options
         policy, impl = check_policy(o.policy), check_cache_impl(o.cache_impl)
         o.policy, o.cache_impl = policy, impl
+        if policy in MEDIA_POLICIES and self.processor is None:
+            raise ScriptError(f"the {policy} policy shows an image mistake: it needs a vision-language model "
+                              "(tiny-gemma3-vl)")
         o.settings.validate()
         index = len(self.record.turns)
         turn = TurnRecord(index=index, user=user_text, policy=policy, cache_impl=impl,
                           first_step=self.record.n_steps,
                           settings={**o.settings.to_dict(), "config_sources": self._config_sources()})
-        messages = self._messages(user_text)
-        prompt = self._render(messages)
+        if images:
+            turn.settings["images"] = [str(p) for p in images]
+        content = self._content(user_text, len(new_pictures))
+        messages = self._messages(content)
+        pictures = self.pictures + new_pictures
+        prompt = self._render(messages, pictures, as_text=policy == "image-as-text")
         limit = self.max_positions
         if limit and len(prompt) > 2 * limit:
             # Up to the limit and a little past it the turn runs (past it, context_limit shows how a RoPE
@@ -327,6 +368,10 @@ class ChatSession:
                           decode=lambda ids: self.tok.decode(ids, skip_special_tokens=False),
                           opening=self.cache_opening if self.cached_ids else None,
                           special_ids=frozenset(getattr(self.tok, "all_special_ids", None) or ()))
+        self._pending_hashes = []
+        if self._enc is not None:
+            ctx.media_known = self._pending_hashes = self._hashes(pictures)
+            ctx.media_sizes = [[int(p.shape[1]), int(p.shape[0])] for p in pictures]
         self.pipeline.begin(turn)
         stop = should_stop or (lambda: False)
 
@@ -361,18 +406,36 @@ class ChatSession:
         finally:
             self.observer.enabled = False
         t1 = time.perf_counter()
-        self._finish_turn(turn, ctx, new_ids, streamer, t0, t1, error, failed_cache)
+        self._finish_turn(turn, ctx, new_ids, streamer, t0, t1, error, failed_cache, content, new_pictures)
         if error is not None:
             log.info("turn %d failed: %s", index + 1, turn.error)
         return turn
 
-    def _messages(self, user_text: str) -> list[dict]:
+    @staticmethod
+    def _content(user_text: str, n_pictures: int):
+        """A message's content: the text, or (with pictures) the image parts first, then the text."""
+        if not n_pictures:
+            return user_text
+        return [{"type": "image"} for _ in range(n_pictures)] + [{"type": "text", "text": user_text}]
+
+    def _messages(self, content) -> list[dict]:
         msgs = []
         if self.options.system:
             msgs.append({"role": "system", "content": self.options.system})
-        return msgs + self.history + [{"role": "user", "content": user_text}]
+        return msgs + self.history + [{"role": "user", "content": content}]
 
-    def _render(self, messages: list[dict]) -> list[int]:
+    def _hashes(self, pictures: list) -> list[str]:
+        """Each picture's hash over the pixels the vision tower gets (the processor's, in the model's dtype)."""
+        enc = self._enc
+        px = enc.get("pixel_values") if enc is not None else None
+        images = per_image(px, enc.get("image_grid_thw") if enc is not None else None)
+        if len(images) != len(pictures):
+            return []
+        # Every picture each turn, not only the new ones: one the program changed must not pass for the cached one.
+        dtype = self.model.dtype
+        return [pixel_hash(img.to(dtype)) for img in images]
+
+    def _render(self, messages: list[dict], pictures: list | None = None, as_text: bool = False) -> list[int]:
         kw = {}
         if self.options.chat_template:
             kw["chat_template"] = self.options.chat_template
@@ -380,6 +443,16 @@ class ChatSession:
             out = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
         except Exception as exc:  # noqa: BLE001 - Jinja errors come in many types
             raise ScriptError(f"the chat template failed to render: {first_line(exc)}") from None
+        self._enc = None
+        if self.processor is not None and not as_text:
+            # The processor expands each image placeholder into the image's span and makes the pixels and
+            # token types that go with the ids; the ids are the whole conversation's, as for a text model.
+            try:
+                enc = self.processor(text=out, images=list(pictures or []) or None, return_tensors="pt")
+            except ValueError as exc:
+                raise ScriptError(f"the processor refused the turn: {first_line(exc)}") from None
+            self._enc = enc
+            return [int(i) for i in enc["input_ids"][0].tolist()]
         ids = self.tok(out, add_special_tokens=False)["input_ids"]
         if ids and isinstance(ids[0], list):
             ids = ids[0]
@@ -438,7 +511,7 @@ class ChatSession:
         policy = ctx.policy
         use_cache = True
         cache = None
-        if policy == "reuse":
+        if policy == "reuse" or policy in MEDIA_POLICIES:
             self._prepare_reuse(prompt, ctx)
             cache = self.cache
         elif policy == "cache-without-config":
@@ -462,6 +535,7 @@ class ChatSession:
         ids = torch.tensor([prompt], dtype=torch.long, device=dev)
         kw = self._gen_kwargs(streamer, stop)
         kw["attention_mask"] = torch.ones_like(ids)
+        kw.update(self._media_inputs(prompt, ctx.reused, dev, policy))
         kw["use_cache"] = use_cache
         if cache is not None:
             kw[self.cache_kw] = cache
@@ -480,6 +554,40 @@ class ChatSession:
         elif cache is not None:
             self.cached_ids = []  # what the cache holds no longer matches any token list
         return new
+
+    def _media_inputs(self, prompt: list[int], reused: int, dev, policy: str = "reuse") -> dict:
+        """The processor's token types for the whole prompt, and the pixels of only the images after the cached
+        prefix: the cached ones are already in the cache's rows (encoding them again fails the call)."""
+        enc = self._enc
+        if enc is None or self.image_tokens is None:
+            return {}
+        kw = {}
+        for key in ("token_type_ids", "mm_token_type_ids"):
+            if key in enc and policy != "image-no-token-types":
+                kw[key] = enc[key].to(dev)
+        px = enc.get("pixel_values")
+        grid = enc.get("image_grid_thw")
+        if grid is not None:
+            kw["image_grid_thw"] = grid.to(dev)  # every image's: M-RoPE positions are computed over the whole prompt
+        if px is not None and policy == "images-again":
+            kw["pixel_values"] = px.to(dev, self.model.dtype)  # the mistake: the cached pictures too
+        elif px is not None:
+            spans = find_spans(prompt, self.image_tokens)
+            images = per_image(px, grid)
+            keep = [k for k, sp in enumerate(spans) if sp.first >= reused]
+            if keep and len(spans) == len(images) and (grid is None or keep[0] == 0):
+                kw["pixel_values"] = px[keep[0]:].to(dev, self.model.dtype)
+            elif keep and len(spans) == len(images):
+                # Qwen2-VL: the grids of every image (for the positions), the features of only the uncached ones,
+                # from the model's own vision tower (pixels with a partial grid would not match the grids).
+                import torch
+
+                rows = sum(int(img.shape[0]) for img in images[:keep[0]])
+                with torch.inference_mode():
+                    kw["mm_encoder_outputs"] = {"image": self.model.get_image_features(
+                        pixel_values=px[rows:].to(dev, self.model.dtype), image_grid_thw=grid[keep[0]:].to(dev),
+                        return_dict=True)}
+        return kw
 
     def _run_refeed(self, prompt: list[int], ctx: TurnContext, streamer, stop) -> list[int]:
         """The classic mistake (b): re-encode the whole history onto the reused cache by hand."""
@@ -518,7 +626,7 @@ class ChatSession:
         return new
 
     def _finish_turn(self, turn: TurnRecord, ctx: TurnContext, new_ids, streamer, t0, t1,
-                     error: BaseException | None, failed_cache=None) -> None:
+                     error: BaseException | None, failed_cache=None, content=None, new_pictures=()) -> None:
         eos = self._eos_ids()
         reply_ids = [i for i in new_ids if i not in eos]
         turn.reply = self.tok.decode(reply_ids, skip_special_tokens=True) if reply_ids else ""
@@ -548,8 +656,11 @@ class ChatSession:
                              held=_cached_length(failed_cache) if error is not None else None,
                              extra_events=stopped)
         if turn.status != "failed":
-            self.history += [{"role": "user", "content": turn.user},
+            self.history += [{"role": "user", "content": turn.user if content is None else content},
                              {"role": "assistant", "content": turn.reply}]
+            self.pictures += list(new_pictures)
+            self.picture_hashes = list(self._pending_hashes)
+            self.cached_media = {m["first"]: m["hash"] for m in turn.media} if self.cached_ids else {}
             if turn.cache_id:
                 self.last_cache_id = turn.cache_id
         else:
@@ -562,6 +673,7 @@ class ChatSession:
         self.history = []
         self.cache = None
         self.cached_ids = []
+        self.pictures, self.picture_hashes, self.cached_media = [], [], {}
         self.last_cache_id = None  # a new chat's new cache is not a "recreated" one
 
     def close(self) -> None:

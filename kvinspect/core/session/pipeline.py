@@ -21,7 +21,9 @@ from kvinspect.core.cache.observer import StepSample, block
 from kvinspect.core.cache.probe import CacheProbe
 from kvinspect.core.detect.detectors import TurnContext, turn_checklist
 from kvinspect.core.detect.events import TURN_FAILED, Event
+from kvinspect.core.detect.media import add_held, failure_reason, media_events, rope_events, turn_media
 from kvinspect.core.errors import first_line
+from kvinspect.core.media.watch import MediaWatch
 from kvinspect.core.tokens.ids import pack_ids
 from kvinspect.core.trace.messages import EventMsg, Message, Note, Token, Turn
 from kvinspect.core.trace.record import TraceRecord, TurnRecord
@@ -101,8 +103,13 @@ class TurnPipeline:
 
     def __init__(self, record: TraceRecord, probe: CacheProbe, memory: MemorySampler,
                  sinks: Iterable[Sink] = (), *, flush_every_s: float = 0.5, max_positions: int | None = None,
-                 owns_peak: bool = True):
+                 owns_peak: bool = True, model: Any = None):
         self.record = record
+        # A vision-language model's hooks: what its vision tower encoded, and the token types, per turn.
+        self.media = MediaWatch.of(model) if model is not None else None
+        # Per cache object: the images its rows hold, and the rope_deltas its last turn used (M-RoPE models).
+        self._media_by_cache: dict[int, list[dict]] = {}
+        self._rope_by_cache: dict[int, tuple] = {}
         self.probe = probe
         self.memory = memory
         self.stream = Stream(record, sinks)
@@ -228,6 +235,8 @@ class TurnPipeline:
         if not ctx.config_sources and isinstance(turn.settings.get("config_sources"), dict):
             ctx.config_sources = turn.settings["config_sources"]
         events = detect(ctx, rec)
+        if self.media is not None:
+            events += self._media(turn, ctx)
         if extra_events is not None:
             events += extra_events(turn)
         if turn.status in ("failed", "interrupted"):
@@ -247,9 +256,39 @@ class TurnPipeline:
         self.samples = []
         return events
 
+    def _media(self, turn: TurnRecord, ctx: TurnContext) -> list[Event]:
+        """The turn's images (spans, hashes, rows held per layer) and the multimodal events."""
+        assert self.media is not None
+        fed = self.media.take()
+        ctx.media_tokens = self.media.tokens
+        ctx.media_fed = fed
+        cid = turn.cache_id
+        if ctx.reused and not ctx.media_before:
+            ctx.media_before = self._media_by_cache.get(cid, [])
+        if ctx.reused:
+            ctx.rope_deltas_cached = self._rope_by_cache.get(cid)
+        ctx.media = turn.media = turn_media(ctx, turn.index)
+        add_held(turn.media, turn.layers)
+        turn.vision_calls = fed.vision_calls
+        reason = failure_reason(ctx)
+        if reason is not None:
+            turn.error = f"{reason} ({turn.error})"
+            ctx.error = turn.error
+        events = media_events(ctx) + rope_events(ctx)
+        if turn.status != "failed" and cid:
+            self._media_by_cache[cid] = turn.media
+            if fed.rope_deltas is not None and not any(e.kind == "rope_deltas_stale" for e in events):
+                self._rope_by_cache[cid] = fed.rope_deltas
+            for d in (self._media_by_cache, self._rope_by_cache):
+                while len(d) > 16:  # the caches a program still continues are its last few
+                    d.pop(next(iter(d)))
+        return events
+
     def note(self, key: str, value: Any) -> None:
         self.stream.emit(Note(key, value))
 
     def close(self) -> None:
         self.commit()
+        if self.media is not None:
+            self.media.detach()
         self.stream.close()

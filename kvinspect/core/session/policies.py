@@ -16,7 +16,10 @@ from kvinspect.core.errors import ScriptError, UnsupportedCacheError
 if TYPE_CHECKING:
     from kvinspect.core.model.loading import LoadedModel
 
-POLICIES = ("reuse", "recreate", "refeed", "nocache", "cache-without-config", "cache-and-use-cache-false")
+POLICIES = ("reuse", "recreate", "refeed", "nocache", "cache-without-config", "cache-and-use-cache-false",
+            "image-as-text", "images-again", "image-no-token-types")
+#: The image mistakes: each reuses the cache as "reuse" does and gets one thing about the pictures wrong.
+MEDIA_POLICIES = ("image-as-text", "images-again", "image-no-token-types")
 POLICY_HELP = {
     "reuse": "one cache across turns; full prompt + prefix check + crop (the correct way)",
     "recreate": "a new cache object every turn (the cache created inside the loop)",
@@ -24,6 +27,10 @@ POLICY_HELP = {
     "nocache": "use_cache=False (the slow baseline: every step re-reads the whole sequence)",
     "cache-without-config": "DynamicCache() built without the model config (a window is never applied)",
     "cache-and-use-cache-false": "a cache passed together with use_cache=False (the cache swallows every step)",
+    "image-as-text": "image turns rendered with the tokenizer alone: the placeholder is never expanded, no pixels "
+                     "(vision-language models)",
+    "images-again": "every picture of the conversation passed again with the reused cache (vision-language models)",
+    "image-no-token-types": "image prefills without token_type_ids: the image block runs causally (Gemma 3 style)",
 }
 CACHE_IMPLS = ("dynamic", "static", "offloaded", "quantized")
 CACHE_HELP = {

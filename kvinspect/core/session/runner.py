@@ -55,13 +55,13 @@ def run_script(
     script_path = script.save(out / SCRIPT_NAME)
     session = ChatSession(loaded, opts, trace_path=out / TRACE_NAME, command=command)
     try:
-        for text in script.turns:
+        for i, text in enumerate(script.turns):
             if should_stop and should_stop():
                 break
             if on_turn_start:
                 on_turn_start(len(session.record.turns), text)
             # should_stop also reaches generate(): a Cancel ends the turn at the next token.
-            turn = session.run_turn(text, on_token=on_token, should_stop=should_stop)
+            turn = session.run_turn(text, on_token=on_token, should_stop=should_stop, images=script.images_of(i))
             if on_turn:
                 on_turn(turn)
     finally:

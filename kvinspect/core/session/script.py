@@ -55,12 +55,18 @@ class ChatScript:
     turns: list[str]
     system: str | None = None
     settings: GenerationSettings = field(default_factory=GenerationSettings)
+    #: Per turn, the image files sent with it (absolute paths); empty: a text-only script.
+    images: list[list[str]] = field(default_factory=list)
+
+    def images_of(self, turn: int) -> list[str]:
+        return list(self.images[turn]) if turn < len(self.images) else []
 
     def to_dict(self) -> dict:
         d: dict = {}
         if self.system is not None:
             d["system"] = self.system
-        d["turns"] = list(self.turns)
+        d["turns"] = [{"text": t, "images": self.images_of(i)} if self.images_of(i) else t
+                      for i, t in enumerate(self.turns)]
         d.update(self.settings.to_dict())
         return d
 
@@ -95,7 +101,31 @@ _SETTING_KEYS = set(GenerationSettings.__dataclass_fields__)
 _KEYS = {"system", "turns"} | _SETTING_KEYS | {"comment", "description"}
 
 
-def parse_script(data, where: str = "script") -> ChatScript:
+#: More pictures than one message of any chat carries.
+MAX_IMAGES_PER_TURN = 64
+
+
+def _turn(t, i: int, where: str, base: Path | None) -> tuple[str, list[str]]:
+    """A turn: a message, or ``{"text": ..., "images": [paths]}`` (paths relative to the script's folder)."""
+    images: list[str] = []
+    if isinstance(t, dict):
+        extra = sorted(set(t) - {"text", "images"})
+        if extra:
+            raise ScriptError(f"{where}: turn {i + 1} has unknown key(s) {', '.join(extra)}; allowed: images, text")
+        raw = t.get("images", [])
+        if not isinstance(raw, list) or not all(isinstance(x, str) and x for x in raw):
+            raise ScriptError(f"{where}: turn {i + 1}'s \"images\" must be a list of image file paths")
+        if len(raw) > MAX_IMAGES_PER_TURN:
+            raise ScriptError(f"{where}: turn {i + 1} has {len(raw)} images; a turn takes at most {MAX_IMAGES_PER_TURN}")
+        images = [os.path.normpath(base / x) if base is not None and not Path(x).is_absolute() else x for x in raw]
+        t = t.get("text")
+    if not isinstance(t, str) or not t.strip():
+        raise ScriptError(f"{where}: turn {i + 1} must be a non-empty string (or {{\"text\": ..., \"images\": [...]}})")
+    check_text(t, f"{where}: turn {i + 1}")
+    return t, images
+
+
+def parse_script(data, where: str = "script", base: Path | None = None) -> ChatScript:
     if not isinstance(data, dict):
         raise ScriptError(f"{where}: expected a JSON object with a \"turns\" list")
     unknown = sorted(set(data) - _KEYS)
@@ -106,17 +136,15 @@ def parse_script(data, where: str = "script") -> ChatScript:
         raise ScriptError(f"{where}: \"turns\" must be a non-empty list of user messages")
     if len(turns) > MAX_TURNS:
         raise ScriptError(f"{where}: {len(turns):,} turns; a script takes at most {MAX_TURNS:,}")
-    for i, t in enumerate(turns):
-        if not isinstance(t, str) or not t.strip():
-            raise ScriptError(f"{where}: turn {i + 1} must be a non-empty string")
-        check_text(t, f"{where}: turn {i + 1}")
+    parsed = [_turn(t, i, where, base) for i, t in enumerate(turns)]
     system = data.get("system")
     if system is not None and not isinstance(system, str):
         raise ScriptError(f"{where}: \"system\" must be a string")
     if system is not None:
         check_text(system, f"{where}: \"system\"")
     settings = _settings(data, where)
-    return ChatScript(turns=list(turns), system=system, settings=settings)
+    images = [im for _, im in parsed] if any(im for _, im in parsed) else []
+    return ChatScript(turns=[t for t, _ in parsed], system=system, settings=settings, images=images)
 
 
 def _settings(data: dict, where: str) -> GenerationSettings:
@@ -154,7 +182,7 @@ def load_script(path: str | os.PathLike) -> ChatScript:
     except _DuplicateKey as exc:
         # JSON itself keeps the last value silently: a script edited by hand would run other settings.
         raise ScriptError(f"{path}: the key {exc.args[0]!r} appears twice") from None
-    return parse_script(data, str(path))
+    return parse_script(data, str(path), base=p.resolve().parent)
 
 
 class _DuplicateKey(Exception):

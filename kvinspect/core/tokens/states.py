@@ -73,6 +73,7 @@ class TokenView:
     ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     kinds: list[str] = field(default_factory=list)
     labels: dict[int, str] = field(default_factory=dict)  # cell -> label drawn before it (a divergence)
+    media: dict[int, tuple[int, str]] = field(default_factory=dict)  # an image's first cell -> (cells, its label)
     recurrent: list[int] = field(default_factory=list)  # layers holding a recurrent state
     note: str = ""  # why there are no cells, or what is only partly known
 
@@ -267,9 +268,22 @@ def token_view(record, step: int | None = None) -> TokenView:
         count = np.cumsum(diff)[:npos]
         state[positional] = np.where(count >= n_tok, HELD, np.where(count > 0, WINDOWED_OUT, EVICTED))
     view.pos, view.state = pos, state
+    view.media = _media_cells(view, getattr(turns[t], "media", None) or [])
     if turns[t].status == "running":
         view.note = f"turn {t + 1} is running: its ids arrive when it ends"
     return view
+
+
+def _media_cells(view: TokenView, media: list[dict]) -> dict[int, tuple[int, str]]:
+    """Each image of the turn whose whole span is in the view: its first cell, its cell count and label."""
+    out = {}
+    for m in media:
+        cell = view.cell_at(int(m["first"]))
+        n = int(m["tokens"])
+        if cell is None or cell + n > len(view) or int(view.pos[cell + n - 1]) != int(m["last"]):
+            continue
+        out[cell] = (n, f"image {n} tok #{str(m.get('hash', ''))[:4]}")
+    return out
 
 
 def _layers(view: TokenView, record, seen: np.ndarray, stored: np.ndarray, t: int) -> None:

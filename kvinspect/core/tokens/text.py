@@ -121,7 +121,10 @@ def token_text(view: TokenView, lo: int = 0, hi: int | None = None, *, color: bo
             out.append(DUP_MARKS[dup][1] if dup else "")
             out.append(MARKS[st][1])
 
+    skip = -1  # the last cell of an image drawn as one block
     for i in range(lo, hi):
+        if i <= skip:
+            continue
         st = int(view.state[i])
         fl = int(view.flags[i])
         dup = DUPLICATE if fl & DUPLICATE else DUPLICATED if fl & DUPLICATED else 0
@@ -139,6 +142,10 @@ def token_text(view: TokenView, lo: int = 0, hi: int | None = None, *, color: bo
         prev_turn = tu
         tid = int(view.ids[i])
         piece = display_piece(view.pieces.get(tid), tid)
+        image = view.media.get(i)
+        if image is not None:  # an image's span as one block: its tokens are all the same placeholder
+            piece = f"[{image[1]}]"
+            skip = i + image[0] - 1
         if color:
             sgr = ANSI[st] + (";" + ANSI_DUP[dup] if dup else "")
             out.append(_sgr(piece, sgr))

@@ -73,6 +73,8 @@ class TurnRecord:
     settings: dict[str, Any] = field(default_factory=dict)
     prompt_ids: list[int] | None = None  # kept in memory for detectors; not written to summaries
     ids: dict | None = None  # the ids fed, in the trace's turn line (core/tokens/ids.py); None: not recorded
+    media: list[dict] = field(default_factory=list)  # the prompt's images: spans, hashes, rows held per layer
+    vision_calls: int = 0  # times the vision tower ran during the turn
 
     def to_dict(self, with_ids: bool = False) -> dict:
         d = asdict(self)

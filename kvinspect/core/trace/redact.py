@@ -92,6 +92,8 @@ def redact_record(record: TraceRecord) -> TraceRecord:
             c.error = redact_message(c.error, secrets)
             c.prompt_ids = None
             c.ids = None  # ids and their pieces are the conversation too
+            if "images" in c.settings:  # the pictures' file names are the user's; spans and hashes stay
+                c.settings["images"] = [f"<image {i + 1}>" for i in range(len(c.settings["images"]))]
             for item in c.checklist:
                 item["evidence"] = redact_message(str(item.get("evidence", "")), secrets)
             out.add_turn(c)

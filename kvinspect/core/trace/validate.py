@@ -104,6 +104,10 @@ TURN_PARTS: dict[str, Any] = {
     # core/tokens/ids.py: the ids a turn fed, relative to an earlier turn's
     "ids": {"base_turn": int, "base_len": int, "prompt": _Ids, "generated": _Ids, "pieces": {"*": str},
             "*": object},
+    # core/detect/media.py: one entry per image of the prompt
+    "media": [{"image": int, "turn": int, "first": int, "last": int, "tokens": int, "wrap_first": int,
+               "wrap_last": int, "hash": str, "hash_given": str, "encoded": bool, "size": [int], "held": [int],
+               "*": object}],
 }
 
 

@@ -22,6 +22,7 @@ class TurnRequest:
     cache_impl: str = "dynamic"
     settings: object = None  # GenerationSettings
     system: str | None = None
+    images: list[str] = field(default_factory=list)  # picture files sent with the message
 
 
 @dataclass

@@ -204,7 +204,8 @@ class SessionController(QtCore.QObject):
         self._tokens.clear()
         self._reply.clear()
         self._request("turn", P.TURN, text=req.text, policy=req.policy, cache_impl=req.cache_impl,
-                      settings=P.settings_to_wire(req.settings), system=req.system)
+                      settings=P.settings_to_wire(req.settings), system=req.system,
+                      **({"images": list(req.images)} if req.images else {}))
         return True
 
     def new_chat(self) -> bool:

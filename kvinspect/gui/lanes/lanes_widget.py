@@ -13,6 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from kvinspect.core.media.bands import image_bands
 from kvinspect.core.trace.series import MEAN_SEEN, MEAN_STORED, RSS, RecordSeries
 from kvinspect.core.units import fmt_bytes
 from kvinspect.gui.base import theme as th
@@ -465,6 +466,7 @@ class PlotsWidget(QtWidgets.QWidget):
         if step is not None:
             spans = [(x0, min(x1, step + 1.0), l0, l1) for x0, x1, l0, l1 in spans if x0 <= step]
         self.heat.set_regions(spans)
+        self.tokens.set_image_bands(image_bands(record), step)
 
     def _marker_tip(self, x, y, data):
         if self.record is None or data is None or data >= len(self.record.events):

@@ -16,6 +16,7 @@ from kvinspect.gui.graphics.curve import Curve, WindowPrefix
 from kvinspect.gui.graphics.grid_lines import HGrid
 from kvinspect.gui.graphics.horizontal_lines import HLinesItem
 from kvinspect.gui.graphics.legend import LaneLegend
+from kvinspect.gui.graphics.regions import RegionsItem
 from kvinspect.gui.graphics.sticky_range import StickyRange
 from kvinspect.gui.graphics.view_span import pixel_size
 from kvinspect.gui.lanes.lane_axes import fixed_axes
@@ -49,6 +50,10 @@ class TokensLane:
         self.window_lines = HLinesItem()  # window/chunk sizes, under the curves
         self.window_lines.setZValue(-5)
         self.plot.addItem(self.window_lines, ignoreBounds=True)
+        # Image spans: the positions of each image, shaded per layer kind while that kind's layers hold them.
+        self.image_items: dict[str, RegionsItem] = {}
+        self.image_labels: dict[int, pg.TextItem] = {}
+        self._image_key: tuple | None = None
         self.theme = th.DARK
 
     def data_items(self) -> list:
@@ -66,6 +71,7 @@ class TokensLane:
         self.layer_curves.clear()
         self.seen.setData([], [])
         self.stored.setData([], [])
+        self.set_image_bands([])
         self.yrange.reset()
         self.set_windows(record)
 
@@ -86,6 +92,47 @@ class TokensLane:
             lines.append((w, th.kind_color(sorted(ks)[-1]), f"{word} {w}", 1.2, QtCore.Qt.PenStyle.DashDotLine))
             self.windows.append(w)
         self.window_lines.set_lines(lines)
+
+    def set_image_bands(self, bands, step: int | None = None) -> None:
+        """Shade each image's positions (y) over the steps (x) its kind's layers hold them: a sliding layer's band
+        ends where the window let the image go, the full layers' runs on."""
+        by_kind: dict[str, list[tuple[float, float, float, float]]] = {}
+        labels: dict[int, tuple[float, float, str]] = {}
+        order = {"full": 0, "chunked": 1, "sliding": 2}
+        kinds = sorted({b.kind for b in bands}, key=lambda k: order.get(k, 3))
+        for b in bands:
+            if step is not None and b.x0 > step:
+                continue
+            x1 = b.x1 if step is None else min(b.x1, step + 1)
+            # One strip of the span's height per kind (full at the bottom): where both hold it both colours show,
+            # and a sliding layer letting the image go leaves only the full strip.
+            h = (b.last + 1 - b.first) / len(kinds)
+            y0 = b.first + kinds.index(b.kind) * h
+            by_kind.setdefault(b.kind, []).append((float(b.x0), float(y0), float(x1), float(y0 + h)))
+            labels.setdefault(b.image, (float(b.x0), float(b.last + 1), f"image {b.image + 1} #{b.hash[:4]}"))
+        key = (tuple(sorted((k, tuple(v)) for k, v in by_kind.items())), tuple(sorted(labels.items())))
+        if key == self._image_key:
+            return
+        self._image_key = key
+        for kind in set(self.image_items) - set(by_kind):
+            self.image_items.pop(kind).set_boxes([])
+        for kind, boxes in by_kind.items():
+            item = self.image_items.get(kind)
+            if item is None:
+                item = self.image_items[kind] = RegionsItem(th.kind_color(kind) + "66")
+                item.setZValue(-4)
+                self.plot.addItem(item, ignoreBounds=True)
+            item.set_boxes(boxes)
+        for i in set(self.image_labels) - set(labels):
+            self.plot.removeItem(self.image_labels.pop(i))
+        for i, (x, y, text) in labels.items():
+            lab = self.image_labels.get(i)
+            if lab is None:
+                lab = self.image_labels[i] = pg.TextItem(anchor=(0, 1), color=self.theme.plot_fg)
+                lab.setZValue(8)
+                self.plot.addItem(lab, ignoreBounds=True)
+            lab.setText(text)
+            lab.setPos(x, y)
 
     def set_picked(self, record, picked: list[int]) -> None:
         kinds = layer_kinds(record)

@@ -8,6 +8,7 @@ links to the turn in the plots.
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -16,11 +17,40 @@ from kvinspect.core.session.script import GenerationSettings
 from kvinspect.gui.base import theme as th
 from kvinspect.gui.engine_link.engine_requests import TurnRequest
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
+
 
 class ChatInput(QtWidgets.QPlainTextEdit):
-    """Enter sends, Shift+Enter inserts a newline."""
+    """Enter sends, Shift+Enter inserts a newline; image files dropped or a picture pasted attach to the message."""
 
     submitted = QtCore.Signal()
+    imagesDropped = QtCore.Signal(list)  # file paths
+    _paste_dir: str | None = None
+
+    def _images_in(self, source: QtCore.QMimeData) -> list[str]:
+        files = [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
+        return [f for f in files if f.lower().endswith(IMAGE_SUFFIXES)]
+
+    def canInsertFromMimeData(self, source: QtCore.QMimeData) -> bool:
+        return bool(self._images_in(source)) or source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QtCore.QMimeData) -> None:
+        files = self._images_in(source)
+        if not files and source.hasImage() and not source.hasText():
+            image = QtGui.QImage(source.imageData())
+            if not image.isNull():
+                # A pasted picture has no file: the engine reads files, so it gets one (kept for the session).
+                import tempfile
+
+                if ChatInput._paste_dir is None:
+                    ChatInput._paste_dir = tempfile.mkdtemp(prefix="kvinspect-pasted-")
+                path = str(Path(ChatInput._paste_dir) / f"pasted-{len(list(Path(ChatInput._paste_dir).iterdir())) + 1}.png")
+                if image.save(path, "PNG"):
+                    files = [path]
+        if files:
+            self.imagesDropped.emit(files)
+            return
+        super().insertFromMimeData(source)
 
     def keyPressEvent(self, e: QtGui.QKeyEvent) -> None:
         if e.key() in (QtCore.Qt.Key.Key_Return, QtCore.Qt.Key.Key_Enter) and not (
@@ -125,6 +155,7 @@ class ChatPanel(QtWidgets.QWidget):
         self.input.setPlaceholderText("Message (Enter sends, Shift+Enter for a new line)")
         self.input.setFixedHeight(64)
         self.input.submitted.connect(self.send)
+        self.input.imagesDropped.connect(self.attach_images)
         self.send_button = QtWidgets.QPushButton("Send")
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self.send)
@@ -134,8 +165,17 @@ class ChatPanel(QtWidgets.QWidget):
         self.new_button = QtWidgets.QPushButton("New chat")
         self.new_button.setToolTip("Forget the conversation and the cache; the record keeps every turn (Ctrl+N)")
         self.new_button.clicked.connect(self.newChatRequested)
+        self.attach_button = QtWidgets.QPushButton("Attach image…")
+        self.attach_button.setToolTip("Send pictures with the next message (a vision-language model, such as "
+                                      "tiny-gemma3-vl, runs them through its processor)")
+        self.attach_button.clicked.connect(self._choose_images)
+        self.attached = QtWidgets.QLabel()
+        self.attached.setWordWrap(True)
+        self.attached.hide()
+        self.images: list[str] = []
         buttons = QtWidgets.QHBoxLayout()
         buttons.addWidget(self.new_button)
+        buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
@@ -146,6 +186,7 @@ class ChatPanel(QtWidgets.QWidget):
         box.addWidget(self.system)
         box.addWidget(self.pages, 1)
         box.addWidget(settings)
+        box.addWidget(self.attached)
         box.addWidget(self.input)
         box.addLayout(buttons)
 
@@ -161,6 +202,7 @@ class ChatPanel(QtWidgets.QWidget):
         self.input.setEnabled(live and loaded)
         self.stop_button.setEnabled(live and generating)
         self.new_button.setEnabled(live and loaded and not busy)
+        self.attach_button.setEnabled(live and loaded)
         for w in (self.system, self.settings_box):
             w.setEnabled(live)
 
@@ -236,7 +278,33 @@ class ChatPanel(QtWidgets.QWidget):
 
     def request(self, text: str) -> TurnRequest:
         return TurnRequest(text=text, policy=self.policy.currentText(), cache_impl=self.cache_impl.currentText(),
-                           settings=self.settings(), system=self.system.toPlainText().strip())
+                           settings=self.settings(), system=self.system.toPlainText().strip(),
+                           images=list(self.images))
+
+    # -- images for the next turn ----------------------------------------------------------------
+    def _choose_images(self) -> None:
+        paths, _ = QtWidgets.QFileDialog.getOpenFileNames(
+            self, "Attach images to the next message", "", "Images (*.png *.jpg *.jpeg *.webp *.bmp *.gif);;All files (*)")
+        self.attach_images(paths)
+
+    def attach_images(self, paths) -> None:
+        """Pictures for the next message (the engine reads them; a bad file fails that turn with one line)."""
+        self.images += [str(p) for p in paths if str(p)]
+        self._show_attached()
+
+    def clear_images(self) -> None:
+        self.images = []
+        self._show_attached()
+
+    def _show_attached(self) -> None:
+        if not self.images:
+            self.attached.hide()
+            self.attached.clear()
+            return
+        names = ", ".join(Path(p).name for p in self.images)
+        self.attached.setText(f"Attached to the next message: {names}")
+        self.attached.setToolTip("\n".join(self.images))
+        self.attached.show()
 
     def send(self) -> None:
         text = self.input.toPlainText().strip()
@@ -261,14 +329,14 @@ class ChatPanel(QtWidgets.QWidget):
         if not self.transcript.document().isEmpty():
             cur.insertBlock()
 
-    def begin_turn(self, index: int, text: str, policy: str, cache_impl: str) -> None:
-        """The user's message, then an empty model reply that tokens stream into."""
+    def begin_turn(self, index: int, text: str, policy: str, cache_impl: str, images=()) -> None:
+        """The user's message (with its pictures' thumbnails), then an empty model reply that tokens stream into."""
         t = self._theme
         self._block()
         self._append_html(
             f"<span style='color:{t.highlight}; font-weight:bold'>You</span>"
             f"<span style='color:{t.dim_text}'> · turn {index + 1} · {html.escape(policy)}/{html.escape(cache_impl)}"
-            f"</span><br>{html.escape(text).replace(chr(10), '<br>')}")
+            f"</span><br>{_thumbnails(images)}{html.escape(text).replace(chr(10), '<br>')}")
         self._block()
         self._append_html(f"<span style='color:{th.KIND_COLORS['sliding']}; font-weight:bold'>Model</span><br>")
         self._streaming = True
@@ -310,6 +378,15 @@ class ChatPanel(QtWidgets.QWidget):
 #: Characters of one message the replay shows: laying out megabytes of text freezes the window
 #: for minutes (a 5 MB turn in a hostile trace); the trace and a report keep all of it.
 SHOWN_CHARS = 20_000
+
+
+def _thumbnails(images) -> str:
+    """Each picture as a small image (Qt reads the file itself) with its name under the tooltip."""
+    out = []
+    for p in images:
+        url = QtCore.QUrl.fromLocalFile(str(Path(p).resolve())).toString()
+        out.append(f"<img src='{html.escape(url, quote=True)}' height='48' title='{html.escape(Path(p).name)}'> ")
+    return ("".join(out) + "<br>") if out else ""
 
 
 def _para(text: str) -> str:

@@ -76,6 +76,7 @@ class TokenCanvas(QtWidgets.QAbstractScrollArea):
         self._layout_key: tuple | None = None
         self._x = np.zeros(0, np.int64)  # per cell: left edge of the piece in its row
         self._w = np.zeros(0, np.int64)
+        self._image_label: dict[int, str] = {}  # an image block's first cell -> its label
         self._row = np.zeros(0, np.int64)
         self._row_start = np.zeros(1, np.int64)  # first cell of each row (+ the end)
         self._pre = np.zeros(0, np.int64)  # per cell: width of the marks drawn before it
@@ -113,13 +114,20 @@ class TokenCanvas(QtWidgets.QAbstractScrollArea):
         uniq, inv = np.unique(v.ids, return_inverse=True)
         widths = np.array([self._piece_width(int(t)) for t in uniq], np.int64)
         w = widths[inv] + 2 * PAD
+        gap = np.full(len(v), GAP, np.int64)
+        self._image_label: dict[int, str] = {}
+        for cell, (n, label) in v.media.items():  # an image's span as one block: its placeholders are one picture
+            self._image_label[cell] = f"[{label}]"
+            w[cell] = self._fm.horizontalAdvance(f"[{label}]") + 2 * PAD
+            w[cell + 1:cell + n] = 0
+            gap[cell + 1:cell + n] = 0
         pre = np.zeros(len(v), np.int64)
         tof = v.turn_of
         starts = np.flatnonzero(np.concatenate([[True], tof[1:] != tof[:-1]]) & (tof >= 0))
         pre[starts] += self._sfm.horizontalAdvance("T00") + 4
         for cell, label in v.labels.items():
             pre[cell] += self._sfm.horizontalAdvance(label) + 8
-        total = w + pre + GAP
+        total = w + pre + gap
         cum = np.concatenate([[0], np.cumsum(total)])
         rows = [0]
         i, n = 0, len(v)
@@ -215,6 +223,8 @@ class TokenCanvas(QtWidgets.QAbstractScrollArea):
         v = self.view
         st, fl = int(v.state[c]), int(v.flags[c])
         w = int(self._w[c])
+        if not w:
+            return  # inside an image's block
         pre = int(self._pre[c])
         if pre:
             self._paint_marks(p, c, x - pre, y, h)
@@ -235,7 +245,8 @@ class TokenCanvas(QtWidgets.QAbstractScrollArea):
             p.drawRect(rect.adjusted(0, 0, -1, -1))
         p.setFont(self._font)
         p.setPen(dim if st == CROPPED else text)
-        p.drawText(rect, QtCore.Qt.AlignmentFlag.AlignCenter, self.text_of(int(v.ids[c])))
+        p.drawText(rect, QtCore.Qt.AlignmentFlag.AlignCenter,
+                   self._image_label.get(c) or self.text_of(int(v.ids[c])))
         if st == CROPPED:
             p.setPen(QtGui.QPen(_color("#E5484D"), 1.5))
             p.drawLine(x + 1, y + h // 2, x + w - 1, y + h // 2)
@@ -303,6 +314,11 @@ def tooltip(view: TokenView, c: int) -> str:
     if st not in (CROPPED, NOT_CACHED, PENDING):
         n_tok = int((view.starts >= 0).sum())
         lines.append(f"held by {len(held)} of {n_tok} layers: {ranges(held) or 'none'}")
+    image = view.media.get(c)
+    if image is not None:
+        last = c + image[0] - 1
+        lines.insert(1, f"{html.escape(image[1])}: positions {int(view.pos[c])}–{int(view.pos[last])}; "
+                        f"its last token held by {len(view.layers_holding(last))} layers")
     return "<br>".join(lines)
 
 

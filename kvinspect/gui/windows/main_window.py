@@ -328,8 +328,9 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self._pending_turn = req
         # The user's message goes in now, on this thread: the first tokens may be drained
         # before the controller's turnStarted arrives, and must land under it.
-        self.chat.begin_turn(index, req.text, req.policy, req.cache_impl)
+        self.chat.begin_turn(index, req.text, req.policy, req.cache_impl, images=req.images)
         self.chat.input.clear()
+        self.chat.clear_images()
         return True
 
     def stop(self) -> None:

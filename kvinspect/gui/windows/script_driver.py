@@ -24,10 +24,12 @@ class ScriptDriver(QtCore.QObject):
 
     done = QtCore.Signal(int)
 
-    def __init__(self, window, turns: list[str], screenshot: str | None = None, exit_when_done: bool = False):
+    def __init__(self, window, turns: list[str], screenshot: str | None = None, exit_when_done: bool = False,
+                 images: list[list[str]] | None = None):
         super().__init__(window)
         self.window = window
         self.turns = list(turns)
+        self.images = list(images or [])  # per turn, the pictures attached before Send
         self.screenshot = screenshot
         self.exit_when_done = exit_when_done
         self.index = 0
@@ -57,8 +59,11 @@ class ScriptDriver(QtCore.QObject):
             self._finish()
             return
         text = self.turns[self.index]
+        pictures = self.images[self.index] if self.index < len(self.images) else []
         self.index += 1
         chat = self.window.chat
+        chat.clear_images()
+        chat.attach_images(pictures)  # as Attach image… does
         chat.input.setPlainText(text)
         chat.send()
 

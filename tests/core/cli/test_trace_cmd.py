@@ -18,7 +18,7 @@ import pytest
 
 from kvinspect.core.trace.tracefile import TraceReader, read_trace
 from tests.core.examples_expected import load_expected
-from tests.helpers import ROOT, run_cli, start_cli, wait_for
+from tests.helpers import ROOT, run_cli, start_cli, vl_unavailable, wait_for
 
 EXAMPLES_DIR = ROOT / "resources" / "examples"
 EXPECTED = load_expected()
@@ -88,6 +88,22 @@ def test_trace_names_each_example_mistake_on_a_windowed_model(tmp_path):
 @pytest.mark.timeout(900)  # one child process: load SmolLM2 (~15 s), then every example, 4 new tokens a turn
 def test_trace_names_each_example_mistake_on_smollm2(tmp_path, smollm2_fetched):
     _check_examples(tmp_path, "smollm2", 4, "full")
+
+
+@pytest.mark.skipif(bool(vl_unavailable()), reason=vl_unavailable() or "-")
+def test_trace_names_a_swapped_picture_media_changed_at_its_first_image_token(tmp_path):
+    out = tmp_path / "stale"
+    r = kvinspect_trace(out, sys.executable, str(EXAMPLES_DIR / "mistake_swapped_image.py"), "--model", "tiny-gemma3-vl",
+                        "--max-new-tokens", "6")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "failed: ValueError" in r.stdout  # the program's own output, untouched
+    rec = read_trace(out / "trace.jsonl")
+    (image,) = rec.turns[0].media
+    (div,) = [e for e in rec.events if e.kind == "prefix_divergence"]
+    assert (div.turn, div.data["cause"], div.data["position"]) == (1, "media_changed", image["first"])
+    assert div.data["cached_hash"] == image["hash"] and "image 1 changed" in div.message
+    assert rec.turns[1].media[0]["hash_given"] == div.data["given_hash"]
+    assert "media_changed" in r.stderr or "prefix_divergence" in r.stderr
 
 
 def test_single_example_script_output_and_exit_code_pass_through(tmp_path):

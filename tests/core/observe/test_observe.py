@@ -21,7 +21,7 @@ import kvinspect
 from kvinspect.core.detect.token_book import UNKNOWN, Fed, TokenBook
 from kvinspect.core.observe.api import ObserveError
 from kvinspect.core.trace.tracefile import TraceReader, read_trace
-from tests.conftest import load_cached
+from tests.conftest import load_cached, load_vl
 from tests.core.examples_expected import load_expected
 from tests.helpers import ROOT, wait_for
 
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:
 
 EXAMPLES_DIR = ROOT / "resources" / "examples"
 EXPECTED = load_expected()
+EXPECTED_IMAGES = load_expected(images=True)
 
 
 def load_example(name: str):
@@ -54,7 +55,7 @@ def model_class(record) -> str:
 
 def expected(name: str, cls: str) -> dict[str, list[int]]:
     """What expected.json asks of ``name`` on a model of class ``cls`` ('sliding' falls back to 'windowed')."""
-    want = EXPECTED[name]
+    want = EXPECTED[name] if name in EXPECTED else EXPECTED_IMAGES[name]
     return want.get(cls, want["windowed"] if cls == "sliding" else want[cls])
 
 
@@ -87,6 +88,56 @@ def test_example_yields_exactly_its_events(spec, name):
     assert [t.index + 1 for t in rec.turns if t.status != "ok"] == want.get("turn_failed", [])
     assert causes(rec.events) == expected_causes(name)
     assert origins(rec.events) == expected_origins(name, rec.events)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_IMAGES))
+def test_image_example_yields_exactly_its_events(name):
+    """The vision-language examples, ``run(model, processor)``, on tiny-gemma3-vl."""
+    lm = load_vl(EXPECTED_IMAGES[name].get("model", "tiny-gemma3-vl"))
+    mod = load_example(name)
+    with contextlib.redirect_stdout(io.StringIO()):
+        with kvinspect.observe(lm.model, lm.tokenizer) as rec:
+            mod.run(lm.model, lm.processor)
+    assert rec.errors == []
+    want = expected(name, model_class(rec.record))
+    assert problems_by_turn(rec.events) == want, [e.message for e in rec.events]
+    assert [t.index + 1 for t in rec.turns if t.status != "ok"] == want.get("turn_failed", [])
+    want_cause = EXPECTED_IMAGES[name].get("cause")
+    assert causes(rec.events) == ({(want_cause, None)} if want_cause else set())
+    assert origins(rec.events) == ({"user_code"} if any(e.is_problem for e in rec.events) else set())
+
+
+def test_stale_picture_is_placed_at_the_images_first_token_and_named():
+    lm = load_vl()
+    with contextlib.redirect_stdout(io.StringIO()):
+        with kvinspect.observe(lm.model, lm.tokenizer) as rec:
+            load_example("mistake_swapped_image.py").run(lm.model, lm.processor)
+    first = rec.turns[0].media[0]["first"]
+    (div,) = [e for e in rec.events if e.kind == "prefix_divergence"]
+    assert div.data["position"] == first == div.data["span"][0]
+    assert div.data["cached_hash"] == rec.turns[0].media[0]["hash"] != div.data["given_hash"]
+    assert "image 1 changed" in div.message and f"position {first}" in div.message
+    # The failed call says why in one line.
+    assert "a changed picture under ids the cache holds" in rec.turns[1].error
+
+
+def test_observed_image_loop_has_the_spans_of_kvinspects_own_run(tmp_path):
+    """The user's loop that calls the processor itself and `kvinspect run` of the same chat: same images, rows, events."""
+    from kvinspect.core.session.runner import run_script
+    from kvinspect.core.session.script import load_script
+
+    lm = load_vl()
+    with contextlib.redirect_stdout(io.StringIO()):
+        with kvinspect.observe(lm.model, lm.tokenizer) as rec:
+            load_example("correct_image_chat.py").run(lm.model, lm.processor, max_new_tokens=12)
+    script = load_script(ROOT / "resources" / "scripts" / "images.json")
+    script.settings.max_new_tokens = 12
+    ran = run_script(lm, script, tmp_path / "run").record
+    keys = ("image", "turn", "first", "last", "tokens", "wrap_first", "wrap_last", "hash", "held")
+    assert [[{k: m[k] for k in keys} for m in t.media] for t in rec.turns] == \
+        [[{k: m[k] for k in keys} for m in t.media] for t in ran.turns]
+    assert [t.vision_calls for t in rec.turns] == [t.vision_calls for t in ran.turns] == [1, 1]
+    assert [e for e in rec.events if e.is_problem] == [] == [e for e in ran.events if e.is_problem]
 
 
 def origins(events) -> set[str]:

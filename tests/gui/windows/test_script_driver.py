@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from PySide6 import QtGui
 
 from tests.gui.helpers import ROOT, run_cli
+from tests.helpers import vl_unavailable
 
 
 def _run(args, tmp_path, timeout=300):
@@ -40,6 +42,21 @@ def test_scripted_two_turn_hybrid_chat_screenshot(tmp_path, qapp):
     out = ROOT / "artifacts"
     out.mkdir(exist_ok=True)
     shutil.copy(png, out / f"ci-window-{qapp.platformName()}.png")
+
+
+@pytest.mark.skipif(bool(vl_unavailable()), reason=vl_unavailable() or "-")
+def test_scripted_image_chat_sends_each_turns_pictures(tmp_path, qapp):
+    png = tmp_path / "window.png"
+    r = _run(["--model", "tiny-gemma3-vl", "--script", str(ROOT / "resources" / "scripts" / "images.json"),
+              "--screenshot", str(png), "--exit-when-done"], tmp_path)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert not QtGui.QImage(str(png)).isNull()
+    (trace,) = (tmp_path / "data" / "autosave").glob("*.jsonl")
+    turns = [json.loads(line) for line in trace.read_text().splitlines() if json.loads(line)["type"] == "turn"]
+    # Both pictures went through the window's Attach path to the engine: one encoded image per turn.
+    assert [t["vision_calls"] for t in turns] == [1, 1]
+    assert [[m["image"] for m in t["media"]] for t in turns] == [[0], [0, 1]]
+    assert turns[1]["media"][0]["held"] == [0, 0, 0, 16] and turns[1]["media"][1]["held"] == [16, 16, 16, 16]
 
 
 def test_scripted_bad_model_exits_2_with_one_line(tmp_path):
