@@ -3,7 +3,10 @@
 Whatever marks the window dirty (a streamed line, a token, a followed trace that grew, a zoom) asks
 for one paint; the clock runs it no sooner than one interval after the previous paint, so the data
 rate never drives the paint rate. While a model streams the interval is :data:`LIVE_MS` (a plot
-that updates ten times a second reads as live, and SmolLM2 makes about 20 tokens a second); during
+that updates ten times a second reads as live, and SmolLM2 makes about 20 tokens a second), and a
+paint waits that long after the first mark too: a token's line and its step's block arrive up to one
+engine flush apart, and one paint shows both (a model slower than 10 tokens a second would otherwise
+be painted twice a token); during
 an interaction (hover, zoom, drag, resize) and for :data:`SETTLE_S` after it, :data:`INTERACTIVE_MS`,
 so the view follows the hand. When nothing is dirty no timer runs: an idle window wakes for nothing.
 
@@ -80,7 +83,9 @@ class PaintClock(QtCore.QObject):
 
     def _schedule(self) -> None:
         now = self.now()
-        due = max(now, self._last + self.interval())
+        interval = self.interval()
+        live = interval >= LIVE_MS / 1000
+        due = max(now + interval if live else now, self._last + interval)
         if self.due is not None and self.due <= due:
             return  # already due as soon or sooner
         self.due = due

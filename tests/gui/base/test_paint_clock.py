@@ -47,12 +47,20 @@ def test_streaming_paints_at_most_ten_times_a_second_whatever_the_token_rate(qap
         assert seconds * 1000 / LIVE_MS * 0.8 <= len(painted) <= seconds * 1000 / LIVE_MS + 2, (rate, len(painted))
 
 
-def test_a_slow_stream_paints_each_step_and_nothing_between(qapp):
+def test_a_slow_stream_paints_each_step_once_with_its_token(qapp):
     time = FakeTime()
     painted: list[float] = []
     clock = PaintClock(lambda: painted.append(time.t), now=time)
     clock.streaming = True
-    _stream(clock, time, 30, 0.5)  # 2 tokens a second: every step is painted, once
+    for _ in range(30):  # 2 tokens a second: a token's line, then its step's block one engine flush later
+        time.t += 0.4
+        clock.mark()
+        time.t += 0.08
+        clock.mark()
+        assert clock.due is not None and clock.due > time.t  # not painted between the two
+        time.t = clock.due
+        clock.flush()
+        time.t += 0.02
     assert len(painted) == 30
 
 
