@@ -115,3 +115,32 @@ def test_a_turn_painted_live_ends_as_the_same_record_painted_at_once(qtbot, wind
         window.stop()
     assert finished.args[0].status == "stopped"
     _compare_with_painted_at_once(qtbot, window, tmp_path, "stop")
+
+
+def test_each_stream_line_is_decoded_once_and_never_by_a_paint(qtbot, window):
+    load(qtbot, window, "tiny-gemma3")
+    live = window.controller.live
+    decoded, lines, in_paint = [0], [0], []
+    decode, feed, paint = live._decoder.decode, live.feed_line, window._paint
+
+    def counting_decode(*a, **kw):
+        decoded[0] += 1
+        return decode(*a, **kw)
+
+    def counting_feed(*a, **kw):
+        lines[0] += 1
+        return feed(*a, **kw)
+
+    def watched_paint():
+        before = decoded[0]
+        paint()
+        in_paint.append(decoded[0] - before)
+
+    live._decoder.decode = counting_decode
+    live.feed_line = counting_feed
+    window.clock._paint = watched_paint
+    window.tokens_dock.raise_()
+    turn = send(qtbot, window, "Hello! What does a KV cache store?", max_new_tokens=80)
+    assert turn.status == "ok" and lines[0] > 2
+    assert decoded[0] == lines[0], "a stream line was decoded more (or less) than once"
+    assert in_paint and set(in_paint) == {0}, "a paint decoded a stream line"
