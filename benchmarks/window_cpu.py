@@ -76,12 +76,13 @@ def _trace_size(folder: Path) -> int:
         (folder / "data" / "autosave").is_dir() else 0
 
 
-def run_once(script: Path, folder: Path, base_env: dict, args) -> dict:
+def run_once(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT) -> dict:
     env = _env(base_env, folder)
+    env["PYTHONPATH"] = str(root)
     shot = folder / "done.png"
     cmd = [sys.executable, "-m", "kvinspect", "gui", "--model", args.model, "--device", args.device,
            "--script", str(script), "--screenshot", str(shot)]
-    win = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    win = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wp = psutil.Process(win.pid)
     xp = _xserver(env["DISPLAY"])
     phases: dict[str, list[tuple[float, float, float]]] = {"streaming": [], "idle": []}
@@ -195,6 +196,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--profile", default=None, help="write a cProfile of the window here and print its top")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--baseline", default=None, help="another checkout (e.g. `git archive` of the commit before) "
+                    "whose window runs interleaved with this one's, run by run")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="kvinspect-window-cpu-"))
     if args.script:
@@ -208,14 +211,16 @@ def main(argv=None) -> int:
             return 0
         print(f"window_cpu: {args.model} on {args.device}, script {script.name}, window on {env['DISPLAY']} (xcb), "
               f"{os.cpu_count()} cores, sampled every {SAMPLE_S} s")
+        arms = [("this", ROOT)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
         for i in range(args.runs):
-            r = run_once(script, tmp / f"run-{i}", env, args)
-            s, d = r["streaming"], r["idle"]
-            print(f"  run {i + 1}: streaming ({s['samples']} samples) window {s['window']:.4f} cores, engine "
-                  f"{s['engine']:.2f}, Xvfb {s['xvfb']:.4f} | idle ({d['samples']} samples) window {d['window']:.4f}, "
-                  f"engine {d['engine']:.4f}, Xvfb {d['xvfb']:.4f} | decode "
-                  f"{', '.join(f'{x:.1f}' for x in r['tok_s'] if x)} tok/s, tokens {r['tokens']} | "
-                  f"load average {r['load']:.2f}")
+            for name, root in (arms if i % 2 == 0 else arms[::-1]):
+                r = run_once(script, tmp / f"run-{i}-{name}", env, args, root)
+                s, d = r["streaming"], r["idle"]
+                print(f"  run {i + 1} ({name}): streaming ({s['samples']} samples) window {s['window']:.4f} cores, engine "
+                      f"{s['engine']:.2f}, Xvfb {s['xvfb']:.4f} | idle ({d['samples']} samples) window {d['window']:.4f}, "
+                      f"engine {d['engine']:.4f}, Xvfb {d['xvfb']:.4f} | decode "
+                      f"{', '.join(f'{x:.1f}' for x in r['tok_s'] if x)} tok/s, tokens {r['tokens']} | "
+                      f"load average {r['load']:.2f}")
     return 0
 
 
