@@ -2,7 +2,7 @@
 
 A 5 ms ``PreciseTimer`` on the GUI thread records the gap between its ticks from the turn's first
 step to its end, while the window does everything it does during a generation (tokens into the
-transcript, the 30 Hz plot repaint, the layer table, decoding the engine's stream and writing the
+transcript, the plots' repaint at the paint clock's rate, the panels, decoding the engine's stream and writing the
 autosave). The model runs in the engine process, so a gap here is the window's own work or the
 machine taking the CPU away; a gap of 5 ms means no delay at all.
 

@@ -2,7 +2,7 @@
 
 Each pair runs the same script (2 turns × 96 new tokens, greedy, SmolLM2 on CPU by default) once
 through ``kvinspect gui --script … --exit-when-done`` on a private Xvfb (the real xcb platform,
-painting at 30 Hz while the engine generates) and once through ``kvinspect run``, in fresh
+painting at its paint clock's rate while the engine generates) and once through ``kvinspect run``, in fresh
 processes; the order inside a pair alternates, so drift in machine load hits both arms. The figures
 are each turn's own, as the trace records them (``tokens_per_s``: decode rate after the first token;
 ``ttft_s``: prompt to first token), read from the window's autosave and from run's summary.json.

@@ -37,8 +37,9 @@ from kvinspect.engine.stdio import LineWriter, read_lines, take_stdio
 
 log = logging.getLogger(__name__)
 
-#: Steps are sent this often while a turn runs (the window's paint clock is ~30 Hz).
-FLUSH_EVERY_S = 0.05
+#: Steps are sent this often while a turn runs: the window paints about 10 times a second while a model
+#: streams, and one block per paint is decoded once, not two half blocks.
+FLUSH_EVERY_S = 0.1
 #: After stdin closes, a request loop that does not come back within this long is not waited for.
 EOF_GRACE_S = 5.0
 

@@ -74,3 +74,17 @@ def plots_showing(qtbot, rec, size: tuple[int, int] = (1000, 600), theme=None):
     qtbot.waitExposed(w)
     w.render(rec, force=True)
     return w
+
+
+def show_panel(qtbot, win, dock) -> None:
+    """Raise ``dock``'s tab, as a user would to read it, and wait until its panel has rendered the record.
+
+    A panel behind another tab costs nothing: it is rendered when shown, at the window's next paint.
+    """
+    from kvinspect.gui.base.paint_clock import on_screen
+
+    dock.raise_()
+    panel = dock.widget()
+    qtbot.waitUntil(lambda: on_screen(panel), timeout=5000)
+    win.clock.flush()
+    qtbot.waitUntil(lambda: panel not in win._stale, timeout=5000)

@@ -63,6 +63,7 @@ class SessionController(QtCore.QObject):
     engineDied = QtCore.Signal(str)  # one line: how the engine ended (killed by signal 9 (SIGKILL), …)
     engineState = QtCore.Signal(str)  # "starting", "ready", "unresponsive", "dead", "stopped"
     autosavePaused = QtCore.Signal(str)  # one line: why the autosave stopped (a full disk); generation goes on
+    streamed = QtCore.Signal()  # a trace line or a token arrived: something new to paint (at the window's rate)
 
     def __init__(self, session_options=None, autosave: bool = True, command=None, parent=None,
                  engine_cmd: list[str] | None = None):
@@ -304,11 +305,13 @@ class SessionController(QtCore.QObject):
         kind = obj.get("type")
         if kind in TRACE_KINDS:
             self._trace_line(kind, obj, raw)
+            self.streamed.emit()
             return
         if kind == P.TOKEN:
             text = obj.get("text") or ""
             self._tokens.append(text)
             self._reply.append(text)
+            self.streamed.emit()
             return
         if self._closed:
             return

@@ -3,7 +3,7 @@
 :class:`TraceFollower` polls a :class:`~kvinspect.core.trace.follow.FollowSource` on its own thread (a read
 on a network mount can stall for seconds; the window must not) and reports on the GUI
 thread. The reader appends to its record under ``record.lock``, exactly as a live session's
-live trace does, so the window renders a followed trace with the same 30 Hz paint timer. Only
+live trace does; a poll that read something marks the window dirty, like a streamed line. Only
 appended bytes are read at each poll (every :data:`POLL_MS`).
 """
 

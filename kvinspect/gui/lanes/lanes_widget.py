@@ -1,9 +1,9 @@
 """The live plot panel: heatmap, tokens and memory lanes on one shared step axis, plus overlays.
 
-``render(record, step=None)`` is the only way data gets in; the main window's paint timer
-calls it at 30 Hz, and a replay slider could call it with a step. It does nothing when
-neither the record's version, the visible range nor the size moved, so an idle window costs
-nothing. Overlays (turn boundaries, event markers, window-reached regions, the cursor) are
+``render(record, step=None)`` is the only way data gets in; the main window's paint clock
+(:mod:`kvinspect.gui.base.paint_clock`) calls it about 10 times a second while a model streams, and
+at the interactive rate after :attr:`PlotsWidget.wantsPaint` (a zoom, a pan, a resize, new picks). It
+does nothing when neither the record's version, the visible range nor the size moved. Overlays (turn boundaries, event markers, window-reached regions, the cursor) are
 added with ``ignoreBounds`` so they never disturb auto-ranging.
 """
 
@@ -64,6 +64,7 @@ class PlotsWidget(QtWidgets.QWidget):
     eventClicked = QtCore.Signal(int)  # index into record.events
     pickedChanged = QtCore.Signal(list)
     loadRequested = QtCore.Signal()
+    wantsPaint = QtCore.Signal()  # the view moved or its settings changed: render soon, at the interactive rate
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -155,6 +156,10 @@ class PlotsWidget(QtWidgets.QWidget):
                 p.setXLink(self.heat.plot)
         for p in self.lanes:
             p.getViewBox().sigRangeChangedManually.connect(self._on_manual_range)
+        # Nothing polls the view any more: a zoom, pan or resize asks for its own paint.
+        hvb = self.heat.plot.getViewBox()
+        hvb.sigXRangeChanged.connect(self._on_range)
+        hvb.sigResized.connect(self._on_range)
         self.heat.plot.setXRange(0, 64, padding=0)
         # Axes are mostly text, the slowest thing to paint in software; cache them as pixmaps,
         # repainted only when their ticks change (measured: 42 → 20 ms a frame). Legends cache themselves.
@@ -278,12 +283,24 @@ class PlotsWidget(QtWidgets.QWidget):
         self._update_overlays(record, turns, events_n, n, force, step)
         return True
 
+    def refit(self) -> None:
+        """Fit the lanes' y ranges to the data as a new view would (at the next render).
+
+        They remember the run's history (they change in steps while it grows, so axes stay calm):
+        at a turn's end the window refits them, and the turn looks the same however often it was
+        painted on the way.
+        """
+        for r in (self.tokens.yrange, self.memory.kv_range, self.memory.proc_range):
+            r.reset()
+        self._stamp = None
+
     def set_follow(self, on: bool) -> None:
         self.follow = bool(on)
         self._follow_top = None
         if self.follow_box.isChecked() != self.follow:
             self.follow_box.setChecked(self.follow)
         self._stamp = None
+        self.wantsPaint.emit()
 
     def show_step(self, step: int | None, layers: list[int] | None = None) -> None:
         """Move the cursor to ``step`` (None hides it) and bring it into view."""
@@ -314,6 +331,7 @@ class PlotsWidget(QtWidgets.QWidget):
         self.tokens.set_picked(self.record, self.picked)
         self._rebuild_pick_menu()
         self._stamp = None
+        self.wantsPaint.emit()
         self.pickedChanged.emit(list(self.picked))
 
     def apply_theme(self, t: th.Theme) -> None:
@@ -339,6 +357,7 @@ class PlotsWidget(QtWidgets.QWidget):
         self._events_n = -1
         self._update_legend(layer_kinds(self.record) if self.record is not None else [])
         self._stamp = None
+        self.wantsPaint.emit()
 
     # -- internals ------------------------------------------------------------------------
     def _set_caching(self, on: bool) -> None:
@@ -481,6 +500,14 @@ class PlotsWidget(QtWidgets.QWidget):
     def _on_manual_range(self, *args) -> None:
         if not self._applying_range:
             self.set_follow(False)
+
+    def _on_range(self, *args) -> None:
+        if not self._applying_range:  # render's own follow step is drawn by that render
+            self.wantsPaint.emit()
+
+    def showEvent(self, e) -> None:
+        super().showEvent(e)
+        self.wantsPaint.emit()  # skipped while hidden: draw what changed meanwhile
 
     def _lane_at(self, scene_pos):
         for p in self.lanes:

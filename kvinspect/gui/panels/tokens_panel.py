@@ -189,6 +189,8 @@ class TokenCanvas(QtWidgets.QAbstractScrollArea):
     def resizeEvent(self, e) -> None:
         super().resizeEvent(e)
         self._relayout()
+        # The rows are the same at the same width, but a new height moves the scroll range's end.
+        self._update_scroll(len(self._row_start) - 1)
 
     def paintEvent(self, e) -> None:
         p = QtGui.QPainter(self.viewport())

@@ -2,9 +2,14 @@
 
 Every panel renders from ``(record, step)``: the live session's record with ``step=None``,
 or a trace from a file (:mod:`kvinspect.gui.windows.trace_modes`: read-only, a replay slider sets ``step``; or a file
-another process is writing, followed live). The 30 Hz paint timer is the only thing that
-redraws; the controller (decoding the engine's stream) or the follower's reader only appends to
-the record. The model runs in its own process (:mod:`kvinspect.gui.engine_link.session_controller`, :mod:`kvinspect.engine`): a dead
+another process is writing, followed live). The controller (decoding the engine's stream) or the
+follower's reader only appends to the record and marks the window dirty; the paint clock
+(:mod:`kvinspect.gui.base.paint_clock`) then paints at the rate a person sees: the plots about 10 times
+a second while a model streams, the layer table, events, checklist and token view only when their
+content changes (a turn or event, a moved slider), a hidden panel when it is shown. With nothing
+dirty no timer runs. Every turn end, Stop and forced refresh paints every shown panel in full.
+
+The model runs in its own process (:mod:`kvinspect.gui.engine_link.session_controller`, :mod:`kvinspect.engine`): a dead
 engine leaves the window up with every finished turn, and Chat → Restart engine reloads the model. Evidence (save,
 export, copy as Markdown) is in :mod:`kvinspect.gui.windows.trace_actions` and :mod:`kvinspect.gui.base.save_export_copy`; Tools → Compare in
 :mod:`kvinspect.gui.windows.compare_window`.
@@ -22,6 +27,7 @@ from kvinspect.core.settings import Settings, load_settings, save_settings
 from kvinspect.gui.base import gui_thread_gc
 from kvinspect.gui.base import theme as th
 from kvinspect.gui.base.errors_and_logs import ErrorReporter
+from kvinspect.gui.base.paint_clock import PaintClock, on_screen
 from kvinspect.gui.dialogs import about_dialog, policies_box
 from kvinspect.gui.dialogs.model_picker import ModelPicker, dropped_path
 from kvinspect.gui.engine_link.engine_requests import LoadRequest, ModelInfo, TurnRequest
@@ -40,14 +46,11 @@ from kvinspect.gui.windows.trace_modes import TraceViewer
 
 log = logging.getLogger(__name__)
 
-PAINT_MS = 33  # ~30 Hz, whatever the token rate
-TABLE_EVERY = 3  # the layer table refreshes every 3rd tick (~10 Hz)
-
 
 class MainWindow(TraceActions, QtWidgets.QMainWindow):
     """Build with ``MainWindow(settings=..., session_options=...)``; ``load(spec)`` to start."""
 
-    renderedTick = QtCore.Signal()
+    renderedTick = QtCore.Signal()  # after each paint of the clock
 
     def __init__(self, settings: Settings | None = None, session_options=None, autosave: bool = True,
                  persist: bool = True, parent=None, engine_cmd: list[str] | None = None, **_ignored):
@@ -58,8 +61,9 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.record = None
         self.step: int | None = None  # None: live (the latest step)
         self.info: ModelInfo | None = None
-        self._ticks = 0
         self._closed = False
+        self._panels_key = None  # what the panels last showed (turns, events, step): they repaint when it moves
+        self._stale: set = set()  # panels skipped while hidden: rendered when shown
         self._pending_turn: TurnRequest | None = None
         self._last_request: LoadRequest | None = None
         self.errors = ErrorReporter(self)
@@ -76,14 +80,10 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.setAcceptDrops(True)
         self.setDockOptions(QtWidgets.QMainWindow.DockOption.AnimatedDocks
                             | QtWidgets.QMainWindow.DockOption.AllowTabbedDocks)
+        self.clock = PaintClock(self._paint, parent=self)
         self._build()
         self._connect()
         self._restore()
-        self.timer = QtCore.QTimer(self)
-        self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
-        self.timer.setInterval(PAINT_MS)
-        self.timer.timeout.connect(self._tick)
-        self.timer.start()
 
     # -- layout ---------------------------------------------------------------------------
     def _build(self) -> None:
@@ -185,6 +185,12 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         c.engineDied.connect(self._on_engine_died)
         c.engineState.connect(self._on_engine_state)
         c.autosavePaused.connect(self._show_autosave_paused)
+        c.streamed.connect(self.clock.mark)
+        self.plots.wantsPaint.connect(self.clock.interact)
+        self.viewer.followPolled.connect(lambda st: st.changed and self.clock.mark())
+        for panel, dock in self._panel_docks():
+            # A tab raised, a dock reopened: its panel renders at the next paint (once it has its pixels).
+            dock.visibilityChanged.connect(lambda on, panel=panel: on and panel in self._stale and self.clock.interact())
         self.chat.sendRequested.connect(self.send)
         self.chat.stopRequested.connect(self.stop)
         self.chat.newChatRequested.connect(self.new_chat)
@@ -527,6 +533,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.chat.end_turn(turn, events)
         self._pending_turn = None
         self.checklist.show_turn(None)
+        self.plots.refit()
         self.refresh(force=True)
         if live is not None and not self.viewer.mode:  # the toolbar's kinds: now what the cache did (3n: shared)
             self._show_model_line(self.info)
@@ -560,6 +567,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.chat.add_note(f"— the model's process ended ({why}); Chat → Restart engine reloads the model —",
                            th.STATUS_COLORS["fail"])
         self.statusBar().showMessage("the model's process ended: Restart engine to continue", 15000)
+        self.plots.refit()
         self.refresh(force=True)
         self._update_state()
         if why.startswith("the engine did not start"):  # nothing was lost: the one line says what to do
@@ -598,6 +606,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         alive = self.controller.dead is None
         self.chat.set_state(loaded=self.info is not None and alive, busy=bool(busy), generating=busy == "turn")
         self.plots.growing = (busy == "turn" and not viewing) or (viewing == "follow" and self.viewer.step is None)
+        self.clock.streaming = busy == "turn" or viewing == "follow"
         self.commands["load"].setEnabled(not busy)
         self.commands["stop"].setEnabled(busy == "turn")  # Esc stops the live turn even while a trace is shown
         self.commands["new_chat"].setEnabled(self.info is not None and alive and not busy and not viewing)
@@ -613,35 +622,57 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.record, self.step = record, step
         self.refresh(force=True)
 
+    def _panel_docks(self):
+        return ((self.events, self.events_dock), (self.checklist, self.check_dock),
+                (self.layers, self.layers_dock), (self.tokens, self.tokens_dock))
+
     def refresh(self, force: bool = False) -> None:
+        """Paint every shown panel from ``(record, step)`` now (hidden ones when shown)."""
         r, s = self.record, self.step
-        self.plots.render(r, s, force=force)
-        self.events.render(r, s)
-        self.checklist.render(r, s)
-        self.layers.render(r, s)
-        self.tokens.render(r, s)
+        if on_screen(self.plots) or force:
+            self.plots.render(r, s, force=force)
+        self._render_panels(r, s)
+        self._panels_key = self._content_key(r, s)
+
+    def _render_panels(self, r, s) -> None:
+        for panel, _dock in self._panel_docks():
+            if on_screen(panel) or r is None:
+                self._stale.discard(panel)
+                panel.render(r, s)
+            else:
+                self._stale.add(panel)
         self.events_dock.setWindowTitle(f"Events ({self.events.count()})" if r is not None else "Events")
         if r is not None:
             self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
 
-    def _tick(self) -> None:
-        self._ticks += 1
+    @staticmethod
+    def _content_key(r, s):
+        """What the panels other than the plots show changes with this: turns, their states, events, the step."""
+        if r is None:
+            return None
+        with r.lock:
+            return id(r), s, len(r.events), tuple(t.status for t in r.turns)
+
+    def _paint(self) -> None:
+        """The paint clock's paint: tokens in one batch, the plots, and the panels whose content moved."""
         text = self.controller.drain_tokens()
         if text:
             self.chat.append_tokens(text)
         r = self.record
-        if r is None:
-            return
-        self.plots.render(r, self.step)
-        if self._ticks % TABLE_EVERY == 0:
-            if self.viewer.mode:
-                self.viewer.update()
-            self.events.render(r, self.step)
-            self.checklist.render(r, self.step)
-            self.layers.render(r, self.step)
-            self.tokens.render(r, self.step)
-            self.events_dock.setWindowTitle(f"Events ({self.events.count()})")
-            self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
+        if r is not None:
+            if on_screen(self.plots):
+                self.plots.render(r, self.step)
+            for panel in [p for p in self._stale if on_screen(p)]:
+                self._stale.discard(panel)
+                panel.render(r, self.step)
+            key = self._content_key(r, self.step)
+            if key != self._panels_key:
+                self._panels_key = key
+                if self.viewer.mode:
+                    self.viewer.update()
+                self._render_panels(r, self.step)
+            else:
+                self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
         self.renderedTick.emit()
 
     # -- Qt events ------------------------------------------------------------------------
@@ -669,7 +700,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         if self._closed:
             return
         self._closed = True
-        self.timer.stop()
+        self.clock.stop()
         try:
             self.save_settings()
         except Exception:  # noqa: BLE001 - closing must never fail over settings

@@ -94,7 +94,7 @@ class ScriptDriver(QtCore.QObject):
         if self._finished:
             return
         self._finished = True
-        # Let the paint timer catch up (plots, table, events), then grab.
+        # Let the paint clock's last paint land, then grab (save_screenshot renders everything once more).
         QtCore.QTimer.singleShot(150, lambda: self._shoot(shoot))
 
     def _shoot(self, shoot: bool) -> None:

@@ -2,7 +2,7 @@
 
 A functional check, not a timing one (no bound on any gap or duration: a busy machine cannot fail it).
 A 10 ms timer on the GUI thread counts its beats, an event filter counts the plot view's paint
-events, and the 30 Hz paint tick records how far the record had grown each time. A turn with no
+events, and each paint of the window's paint clock records how far the record had grown. A turn with no
 practical end is started; once the heartbeat has beaten ``BEATS`` times, the plot has been
 painted ``PAINTS`` times and the paint tick has seen the record at ``GROWTH`` different lengths,
 all while that turn was generating, Stop ends it. However slow the machine, that only takes

@@ -16,7 +16,7 @@ from kvinspect.core.trace.series import MIN_COLUMNS, Pyramid
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from redraw import synthetic_record  # noqa: E402
 
-from tests.gui.helpers import plots_showing  # noqa: E402
+from tests.gui.helpers import plots_showing, show_panel  # noqa: E402
 
 
 def test_pyramid_is_exact_under_incremental_appends():
@@ -78,6 +78,7 @@ def test_panels_render_a_record_without_a_session_at_a_replay_step(qtbot, window
         rec = s.record
     ev = next(e for e in rec.events if e.kind == "window_reached")
     before = ev.step - 5
+    show_panel(qtbot, window, window.layers_dock)  # the layer table's tab in front: a hidden panel is not rendered
     window.set_record(rec, step=before)
     assert window.events.count() == 0  # the window had not been reached yet
     rows = window.layers.model.rows
@@ -86,6 +87,7 @@ def test_panels_render_a_record_without_a_session_at_a_replay_step(qtbot, window
     window.set_record(rec, step=None)
     assert window.events.count() == len(rec.events)
     assert [r["stored"] for r in window.layers.model.rows] == list(rec.stored[-1])
+    show_panel(qtbot, window, window.check_dock)  # the checklist shares the layer table's tab group
     assert window.checklist.statuses()
 
 

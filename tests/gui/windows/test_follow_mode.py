@@ -21,6 +21,7 @@ from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.script import GenerationSettings
 from kvinspect.core.trace.follow import FollowSource, check_follow_target
 from tests.conftest import load_cached
+from tests.gui.helpers import show_panel
 
 WAIT_MS = 30_000
 
@@ -33,6 +34,7 @@ def session(path, tokens: int = 12, model: str = "tiny-mistral") -> ChatSession:
 def test_follow_picks_up_turns_appended_after_it_opened(qtbot, window, tmp_path):
     folder = tmp_path / "traces"
     folder.mkdir()
+    show_panel(qtbot, window, window.layers_dock)  # the layer table's tab in front: a hidden panel is not rendered
     window.follow_trace(str(folder))  # nothing there yet: it waits
     v = window.viewer
     assert v.mode == "follow" and v.record is None and "waiting for a trace" in v.source_text()
@@ -90,7 +92,7 @@ def test_follow_picks_up_turns_appended_after_it_opened(qtbot, window, tmp_path)
     # Stop following: what was read stays, read-only.
     v.stop_follow()
     assert v.mode == "view" and v.follower is None and "stopped following" in v.source_text()
-    # The bar takes the record's length at the window's next paint tick (30 Hz), not synchronously.
+    # The bar takes the record's length at the window's next paint, not synchronously.
     qtbot.waitUntil(lambda: v.bar.slider.isEnabled(), timeout=WAIT_MS)
     assert not v.bar.stop_button.isVisible()
 

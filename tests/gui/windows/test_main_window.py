@@ -13,7 +13,7 @@ from PySide6 import QtCore, QtWidgets
 
 from kvinspect.core.detect.events import CACHE_RECREATED, TURN_STOPPED, WINDOW_REACHED
 from kvinspect.gui.panels.layer_table import COLUMNS
-from tests.gui.helpers import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send
+from tests.gui.helpers import LOAD_TIMEOUT_MS, TURN_TIMEOUT_MS, load, send, show_panel
 
 
 def _events(win, kind):
@@ -75,6 +75,7 @@ def test_two_turns_stream_and_fill_every_panel(qtbot, window):
     assert p.turn_lines.shown_labels() == ["turn 1", "turn 2"]
 
     # Layer table: one row per layer, live values equal to the record's last step.
+    show_panel(qtbot, window, window.layers_dock)
     m = window.layers.model
     assert m.rowCount() == 6
     last = rec.layer_table_at(n - 1)
@@ -234,7 +235,7 @@ def test_enter_sends_shift_enter_newline(qtbot, window):
 def test_layer_table_sorts_and_picks(qtbot, window):
     load(qtbot, window, "tiny-gemma3")
     send(qtbot, window, "x" * 120, max_new_tokens=8)
-    window.refresh(force=True)
+    show_panel(qtbot, window, window.layers_dock)
     view = window.layers.view
     col = [c[0] for c in COLUMNS].index("stored")
     view.sortByColumn(col, QtCore.Qt.SortOrder.DescendingOrder)
@@ -382,6 +383,7 @@ def test_smollm2_turn_in_the_window(qtbot, window, smollm2_fetched):
     window.refresh(force=True)
     assert turn.reply.strip()[:10] in window.chat.plain_text()
     assert window.plots.heat.img.image.shape[1] == 30
+    show_panel(qtbot, window, window.layers_dock)
     assert window.layers.model.rowCount() == 30
     assert {r["kind"] for r in window.layers.model.rows} == {"full"}
     assert window.checklist.statuses()["length"] == "pass"

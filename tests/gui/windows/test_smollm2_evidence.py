@@ -9,7 +9,7 @@ from kvinspect.core.session.options import SessionOptions
 from kvinspect.core.session.runner import run_script
 from kvinspect.core.session.script import ChatScript, GenerationSettings
 from kvinspect.core.trace.tracefile import read_trace
-from tests.gui.helpers import load, open_trace, send
+from tests.gui.helpers import load, open_trace, send, show_panel
 
 pytestmark = pytest.mark.smollm2
 TIMEOUT_MS = 300_000
@@ -20,6 +20,7 @@ def test_smollm2_view_replay_export_and_follow(qtbot, window, smollm2, tmp_path)
     run_script(smollm2, ChatScript(turns=["What is the capital of France?", "And of Italy?"],
                                    settings=GenerationSettings(max_new_tokens=10)), run)
     rec = read_trace(run)
+    show_panel(qtbot, window, window.layers_dock)  # the layer table's tab in front: a hidden panel is not rendered
     open_trace(qtbot, window, run)
     k = rec.turns[1].first_step + 2
     window.viewer.bar.slider.setValue(k)

@@ -15,7 +15,7 @@ import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvinspect.core.trace.tracefile import read_trace
-from tests.gui.helpers import headless_run, load, open_trace, run_cli, send
+from tests.gui.helpers import headless_run, load, open_trace, run_cli, send, show_panel
 
 TURNS = ["Hello! What does a KV cache store? Tell me everything.", "Why does a sliding window stop growing?",
          "And the full layer?"]
@@ -35,6 +35,7 @@ def open_fails(qtbot, win, path) -> str:
 
 def test_open_and_replay_every_panel_at_step_k(qtbot, window, run_dir):
     rec = read_trace(run_dir)
+    show_panel(qtbot, window, window.layers_dock)  # the layer table's tab in front: a hidden panel is not rendered
     open_trace(qtbot, window, run_dir)  # a run's folder: its trace.jsonl
     v = window.viewer
     assert v.mode == "view" and v.path == run_dir / "trace.jsonl"
@@ -71,7 +72,9 @@ def test_open_and_replay_every_panel_at_step_k(qtbot, window, run_dir):
         # Events that had happened; checklists of turns that had ended.
         assert window.events.count() == sum(1 for e in rec.events if e.step <= k)
         done = [t.index for t in rec.turns if t.end_step - 1 <= k]
+        show_panel(qtbot, window, window.check_dock)  # the checklist shares the layer table's tab group
         assert window.checklist.turn_box.count() == len(done)
+        show_panel(qtbot, window, window.layers_dock)
         cur = rec.turn_of_step(k)
         assert v.bar.turn_box.currentData() == cur
 
@@ -265,6 +268,8 @@ def test_open_viewer_entry_shows_the_record(qtbot, run_dir):
     rec = read_trace(run_dir)
     _, win = open_viewer(record=rec, path=str(run_dir / "trace.jsonl"), settings=Settings(), persist=False)
     qtbot.addWidget(win)
+    qtbot.waitExposed(win)
+    show_panel(qtbot, win, win.layers_dock)  # the layer table's tab in front: a hidden panel is not rendered
     assert win.viewer.mode == "view" and win.record is rec and win.step == rec.n_steps - 1
     assert win.layers.model.rows[0]["stored"] == int(rec.stored[-1, 0])
 

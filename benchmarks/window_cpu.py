@@ -1,0 +1,228 @@
+"""The window's CPU while a scripted chat streams, and with the finished chat shown (idle), on Xvfb.
+
+Starts the real window (``kvinspect gui --model M --script S --screenshot P``: the chat typed into
+it as a user would, 2 turns × 200 new tokens of SmolLM2 by default) on a private Xvfb and samples
+the CPU times of the window's process, its engine (the window's child) and the X server with psutil
+every 0.2 s. A sample counts as *streaming* when the autosave trace grew during it (the engine is
+sending steps); after the script's screenshot (the last turn done) the window is left alone for
+``--idle`` seconds: the *idle* figure. Reported: mean cores (1.0 = one core busy) of each process in
+both phases, the load average, and each turn's decode rate from the autosave.
+
+Goals (window-CPU issue): window ≤ 0.02 cores streaming, ≤ 0.002 idle. Nothing is asserted::
+
+    .venv/bin/python benchmarks/window_cpu.py                       # SmolLM2, 2 × 200 tokens
+    .venv/bin/python benchmarks/window_cpu.py --runs 3
+    .venv/bin/python benchmarks/window_cpu.py --model gemma3-270m --script resources/scripts/hybrid.json
+    .venv/bin/python benchmarks/window_cpu.py --profile /tmp/window.prof   # cProfile of the window's GUI thread
+
+``--profile`` runs the window under ``python -m cProfile`` with ``--exit-when-done`` (the streaming
+phase only: the profile is written when the window exits) and prints its top entries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _xvfb import xvfb  # noqa: E402
+
+TURNS = ["Write a long story about a lighthouse keeper who finds a message in a bottle.",
+         "Continue the story: what does the keeper do next? Tell it in detail."]
+SAMPLE_S = 0.2
+STARTUP_AND_SHUTDOWN = ("<module>", "exec", "create", "<built-in method builtins.__import__>", "_shoot",
+                        "<built-in method exit>", "<method 'waitForFinished' of 'PySide6.QtCore.QProcess' objects>")
+
+
+def _env(base: dict, folder: Path) -> dict:
+    env = dict(base)
+    env.update(KVINSPECT_CONFIG_DIR=str(folder / "config"), KVINSPECT_DATA_DIR=str(folder / "data"),
+               KVINSPECT_EPHEMERAL="1", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    return env
+
+
+def _cpu(p: psutil.Process | None) -> float:
+    if p is None:
+        return 0.0
+    try:
+        t = p.cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return 0.0
+
+
+def _xserver(display: str) -> psutil.Process | None:
+    for p in psutil.process_iter(["name", "cmdline"]):
+        cmd = p.info.get("cmdline") or []
+        if p.info.get("name") == "Xvfb" and display in cmd:
+            return p
+    return None
+
+
+def _trace_size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in (folder / "data" / "autosave").glob("*.jsonl")) if \
+        (folder / "data" / "autosave").is_dir() else 0
+
+
+def run_once(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT) -> dict:
+    env = _env(base_env, folder)
+    env["PYTHONPATH"] = str(root)
+    shot = folder / "done.png"
+    cmd = [sys.executable, "-m", "kvinspect", "gui", "--model", args.model, "--device", args.device,
+           "--script", str(script), "--screenshot", str(shot)]
+    win = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wp = psutil.Process(win.pid)
+    xp = _xserver(env["DISPLAY"])
+    phases: dict[str, list[tuple[float, float, float]]] = {"streaming": [], "idle": []}
+    engine = None
+    last = None
+    idle_until = None
+    deadline = time.monotonic() + args.timeout
+    try:
+        while time.monotonic() < deadline:
+            if win.poll() is not None:
+                raise SystemExit(f"the window exited ({win.returncode}): {win.stderr.read().decode()[-1500:]}")
+            if engine is None:
+                kids = wp.children()
+                engine = kids[0] if kids else None
+            now = time.monotonic()
+            cur = (now, _cpu(wp), _cpu(engine), _cpu(xp), _trace_size(folder))
+            if last is not None and engine is not None and last[2] > 0:
+                dt = cur[0] - last[0]
+                row = tuple((cur[i] - last[i]) / dt for i in (1, 2, 3))
+                if idle_until is not None:
+                    phases["idle"].append(row)
+                elif cur[4] > last[4]:
+                    phases["streaming"].append(row)
+            last = cur
+            if idle_until is None and shot.exists():
+                time.sleep(1.0)  # the screenshot's own full repaint is not idle
+                idle_until = time.monotonic() + args.idle
+                last = None
+                continue
+            if idle_until is not None and time.monotonic() >= idle_until:
+                break
+            time.sleep(SAMPLE_S)
+        else:
+            raise SystemExit("timed out")
+    finally:
+        win.terminate()
+        try:
+            win.wait(20)
+        except subprocess.TimeoutExpired:
+            win.kill()
+    from kvinspect.core.trace.tracefile import read_trace
+
+    traces = sorted((folder / "data" / "autosave").glob("*.jsonl"))
+    rec = read_trace(traces[-1])
+    out = {"tok_s": [t.to_dict().get("tokens_per_s") for t in rec.turns],
+           "tokens": [t.new_tokens for t in rec.turns], "load": os.getloadavg()[0]}
+    for name, rows in phases.items():
+        cols = list(zip(*rows, strict=True)) if rows else [(), (), ()]
+        out[name] = {k: (statistics.fmean(c) if c else float("nan")) for k, c in zip(("window", "engine", "xvfb"), cols,
+                                                                                     strict=True)}
+        out[name]["samples"] = len(rows)
+    return out
+
+
+def profile(script: Path, folder: Path, base_env: dict, args) -> None:
+    env = _env(base_env, folder)
+    # CPU time, not wall time: on a machine whose cores the engine keeps busy, a paint's wall time is
+    # mostly waiting to be scheduled. (process_time: the window's Qt threads are counted to the call
+    # that was running on the GUI thread meanwhile.)
+    runner = ("import cProfile, runpy, sys, time\n"
+              "out = sys.argv[1]\n"
+              "sys.argv = ['kvinspect'] + sys.argv[2:]\n"
+              "pr = cProfile.Profile(time.process_time)\n"
+              "code = 0\n"
+              "try:\n"
+              "    pr.runcall(runpy.run_module, 'kvinspect', run_name='__main__', alter_sys=True)\n"
+              "except SystemExit as e:\n"
+              "    code = e.code\n"
+              "pr.dump_stats(out)\n"
+              "sys.exit(code)\n")
+    cmd = [sys.executable, "-c", runner, args.profile, "gui", "--model", args.model, "--device", args.device,
+           "--script", str(script), "--exit-when-done"]
+    p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
+    if p.returncode != 0:
+        raise SystemExit(f"the profiled window failed ({p.returncode}): {p.stderr[-1500:]}")
+    print_profile(args.profile, args.top)
+
+
+def print_profile(path: str, top: int) -> None:
+    import pstats
+
+    st = pstats.Stats(path)
+    # Under the CPU clock (--profile's), the event loop's own time is Qt's work between Python calls
+    # (painting plain widgets, X traffic, timers); under a wall clock it would be mostly waiting.
+    loop = sum(v[2] for k, v in st.stats.items() if k[2] == "<built-in method exec>")
+    busy = st.total_tt
+    print(f"profile {path}: {busy:.2f} s of the window process' CPU under cProfile; {loop:.2f} s "
+          f"({100 * loop / busy:.0f} %) in the event loop itself (Qt between Python calls); top entries by "
+          "cumulative time:")
+    rows = sorted(((v[3], k) for k, v in st.stats.items()), reverse=True)
+    shown = 0
+    for ct, (file, line, fn) in rows:
+        if ct > busy * 1.0001 or "importlib" in file or fn in STARTUP_AND_SHUTDOWN or "shutdown" in fn or \
+                (Path(file).name == "script_driver.py" and fn == "<lambda>"):
+            continue  # the whole run (main, the event loop), the window's start (imports) and its shutdown
+        print(f"  {ct:7.2f} s  {100 * ct / busy:5.1f} %  {Path(file).name}:{line}({fn})")
+        shown += 1
+        if shown >= top:
+            break
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--tokens", type=int, default=200, help="max_new_tokens per turn (default 200)")
+    ap.add_argument("--script", default=None, help="a chat script instead of the two built-in turns")
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds sampled with the finished chat shown")
+    ap.add_argument("--display", default=None, help="use this X display instead of starting Xvfb")
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--profile", default=None, help="write a cProfile of the window here and print its top")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--baseline", default=None, help="another checkout (e.g. `git archive` of the commit before) "
+                    "whose window runs interleaved with this one's, run by run")
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="kvinspect-window-cpu-"))
+    if args.script:
+        script = Path(args.script).resolve()
+    else:
+        script = tmp / "script.json"
+        script.write_text(json.dumps({"turns": TURNS, "max_new_tokens": args.tokens, "do_sample": False, "seed": 0}))
+    with xvfb(args.display) as env:
+        if args.profile:
+            profile(script, tmp / "profile", env, args)
+            return 0
+        print(f"window_cpu: {args.model} on {args.device}, script {script.name}, window on {env['DISPLAY']} (xcb), "
+              f"{os.cpu_count()} cores, sampled every {SAMPLE_S} s")
+        arms = [("this", ROOT)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
+        for i in range(args.runs):
+            for name, root in (arms if i % 2 == 0 else arms[::-1]):
+                r = run_once(script, tmp / f"run-{i}-{name}", env, args, root)
+                s, d = r["streaming"], r["idle"]
+                print(f"  run {i + 1} ({name}): streaming ({s['samples']} samples) window {s['window']:.4f} cores, engine "
+                      f"{s['engine']:.2f}, Xvfb {s['xvfb']:.4f} | idle ({d['samples']} samples) window {d['window']:.4f}, "
+                      f"engine {d['engine']:.4f}, Xvfb {d['xvfb']:.4f} | decode "
+                      f"{', '.join(f'{x:.1f}' for x in r['tok_s'] if x)} tok/s, tokens {r['tokens']} | "
+                      f"load average {r['load']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

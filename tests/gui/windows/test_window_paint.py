@@ -1,0 +1,146 @@
+"""The window paints what changed, at the rate a person sees, and ends every turn as a full repaint would.
+
+A real engine and a real tiny model stream into the window, which paints through its paint clock
+(about ten times a second, the panels only when their content moves). At a turn's end and on Stop its
+plots, token view, layer table and status bar are compared with a second window that was given the
+same record once and painted it at once.
+"""
+
+from __future__ import annotations
+
+from PySide6 import QtCore, QtGui
+
+from kvinspect.gui.base.paint_clock import on_screen
+from kvinspect.gui.panels.layer_table import layer_rows
+from tests.gui.helpers import TURN_TIMEOUT_MS, load, send
+
+
+def _counting(panel, calls: list) -> None:
+    original = panel.render
+
+    def render(record, step=None):
+        calls.append(step)
+        original(record, step)
+
+    panel.render = render
+
+
+def test_hidden_panels_cost_nothing_and_an_idle_window_runs_no_timer(qtbot, window):
+    load(qtbot, window, "tiny-gemma3")
+    calls: list = []
+    _counting(window.layers, calls)
+    window.check_dock.raise_()
+    qtbot.waitUntil(lambda: not on_screen(window.layers))  # tabbed behind the checklist
+    turn = send(qtbot, window, "Hello! What does a KV cache store?", max_new_tokens=60)
+    assert turn.status == "ok"
+    qtbot.waitUntil(lambda: not window.clock.running, timeout=5000)
+    assert calls == [], "the hidden layer table was rendered"
+
+    # Idle: the finished chat is shown, nothing is dirty, no paint timer runs or paints.
+    paints = window.clock.paints
+    qtbot.wait(600)
+    assert window.clock.paints == paints and not window.clock.running
+
+    # Shown: rendered once, with the record's final state.
+    window.layers_dock.raise_()
+    qtbot.waitUntil(lambda: len(calls) == 1, timeout=5000)
+    assert window.layers.model.rows == layer_rows(window.record, None)
+
+
+def _still(qtbot, win) -> None:
+    win.refresh(force=True)
+    qtbot.wait(50)
+    win.refresh(force=True)
+
+
+def _images(qtbot, win) -> dict[str, QtGui.QImage]:
+    out = {"plots": win.plots.grab().toImage()}
+    for name, panel, dock in (("tokens", win.tokens, win.tokens_dock), ("layers", win.layers, win.layers_dock)):
+        dock.raise_()
+        qtbot.waitUntil(lambda panel=panel: on_screen(panel) and panel not in win._stale, timeout=5000)
+        qtbot.wait(100)  # the layout settles: a summary that grew a line moves the canvas below it
+        if panel is win.tokens and win.tokens.view is not None:
+            # Where the token view is scrolled is not the record's: it depends on the canvas' height when it
+            # was rendered (a panel rendered as its tab is raised, before its layout settled). Both windows
+            # take the same scroll rule from the top, in their settled layouts; every cell is the record's.
+            win.tokens.canvas.verticalScrollBar().setValue(0)
+            win.tokens.canvas.scroll_to_cell(len(win.tokens.view) - 1)
+        out[name] = panel.grab().toImage()
+    win.check_dock.raise_()
+    return out
+
+
+def _compare_with_painted_at_once(qtbot, win, tmp_path, name: str) -> None:
+    from kvinspect.core.settings import Settings
+    from kvinspect.gui.app import create
+
+    settings = Settings()
+    settings.window.width, settings.window.height = win.width(), win.height()
+    _, fresh = create(settings=settings, persist=False, autosave=False)
+    qtbot.addWidget(fresh)
+    qtbot.waitExposed(fresh)
+    fresh.resize(win.size())
+    fresh.resizeDocks([fresh.chat_dock], [win.chat_dock.width()], QtCore.Qt.Orientation.Horizontal)
+    fresh.set_record(win.record)
+    _still(qtbot, fresh)
+    _still(qtbot, win)
+    assert fresh.plots.size() == win.plots.size()
+    live, at_once = _images(qtbot, win), _images(qtbot, fresh)
+    for key, img in live.items():
+        if img != at_once[key]:
+            img.save(str(tmp_path / f"{name}-{key}-live.png"))
+            at_once[key].save(str(tmp_path / f"{name}-{key}-at-once.png"))
+        assert img == at_once[key], f"{name}: the live {key} differ from the same record painted at once ({tmp_path})"
+    assert win.steps_label.text() == fresh.steps_label.text()
+    assert win.layers.model.rows == fresh.layers.model.rows == layer_rows(win.record, None)
+    assert win.events.count() == fresh.events.count() == len(win.record.events)
+    fresh.close()
+
+
+def test_a_turn_painted_live_ends_as_the_same_record_painted_at_once(qtbot, window, tmp_path):
+    load(qtbot, window, "tiny-gemma3")
+    window.tokens_dock.raise_()  # the token view shown while it streams
+    turn = send(qtbot, window, "Hello! What does a KV cache store?", max_new_tokens=150)
+    assert turn.status == "ok"
+    _compare_with_painted_at_once(qtbot, window, tmp_path, "turn-end")
+
+    # Stop mid-turn: the view is the stopped turn's, as a full repaint of it.
+    c = window.controller
+    window.chat.max_new.setValue(100_000)
+    window.chat.input.setPlainText("Tell me everything about sliding windows, at length.")
+    first = window.record.n_steps
+    with qtbot.waitSignal(c.turnFinished, timeout=TURN_TIMEOUT_MS) as finished:
+        window.chat.send()
+        qtbot.waitUntil(lambda: window.record.n_steps > first + 120, timeout=TURN_TIMEOUT_MS)
+        window.stop()
+    assert finished.args[0].status == "stopped"
+    _compare_with_painted_at_once(qtbot, window, tmp_path, "stop")
+
+
+def test_each_stream_line_is_decoded_once_and_never_by_a_paint(qtbot, window):
+    load(qtbot, window, "tiny-gemma3")
+    live = window.controller.live
+    decoded, lines, in_paint = [0], [0], []
+    decode, feed, paint = live._decoder.decode, live.feed_line, window._paint
+
+    def counting_decode(*a, **kw):
+        decoded[0] += 1
+        return decode(*a, **kw)
+
+    def counting_feed(*a, **kw):
+        lines[0] += 1
+        return feed(*a, **kw)
+
+    def watched_paint():
+        before = decoded[0]
+        paint()
+        in_paint.append(decoded[0] - before)
+
+    live._decoder.decode = counting_decode
+    live.feed_line = counting_feed
+    window.clock._paint = watched_paint
+    window.tokens_dock.raise_()
+    turn = send(qtbot, window, "Hello! What does a KV cache store?", max_new_tokens=80)
+    assert turn.status == "ok" and lines[0] > 2
+    assert decoded[0] == lines[0], "a stream line was decoded more (or less) than once"
+    assert in_paint and set(in_paint) == {0}, "a paint decoded a stream line"
