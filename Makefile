@@ -60,7 +60,7 @@ test-xvfb: setup
 $(COMPAT_VENV)/.installed: pyproject.toml
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -c "import torch" 2>/dev/null || $(COMPAT_VENV)/bin/python -m pip install -q $(TORCH)
-	$(COMPAT_VENV)/bin/python -m pip install -q '$(COMPAT_TRANSFORMERS)' numpy psutil platformdirs gguf accelerate pytest pytest-timeout pytest-xdist
+	$(COMPAT_VENV)/bin/python -m pip install -q '$(COMPAT_TRANSFORMERS)' numpy psutil platformdirs gguf accelerate Pillow pytest pytest-timeout pytest-xdist
 	$(COMPAT_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 

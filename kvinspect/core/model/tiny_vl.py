@@ -60,16 +60,16 @@ def build_processor(spec: VisionSpec, tok):
 
     try:  # 5.x: the Pillow backend (no torchvision)
         from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil as ImageProcessor
-    except ImportError:  # 4.x: the "slow" processor is the numpy/Pillow one, and it needs Pillow to import
-        try:
-            from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor as ImageProcessor
-        except ImportError as exc:
-            import transformers
+    except ImportError:
+        # 4.x builds the model, but an image turn continued on a cache fails inside transformers' image mask
+        # (seen on 4.56.2: token_type_ids of the new part indexed by absolute position, an IndexError), and
+        # refeeding everything is not the loop this built-in is here to show.
+        import transformers
 
-            from kvinspect.core.errors import ModelSpecError
+        from kvinspect.core.errors import ModelSpecError
 
-            raise ModelSpecError(f"this built-in needs Pillow with transformers {transformers.__version__} "
-                                 f"(its image processor: {exc}); pip install Pillow") from None
+        raise ModelSpecError(f"tiny-gemma3-vl needs transformers 5.x (this is {transformers.__version__}: a Gemma 3 "
+                             "image turn continued on a cache fails inside its image mask)") from None
 
     ip = ImageProcessor(size={"height": spec.image_size, "width": spec.image_size})
     return Gemma3Processor(image_processor=ip, tokenizer=tok, chat_template=tok.chat_template,
