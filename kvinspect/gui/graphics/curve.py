@@ -32,7 +32,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui
 
 from kvinspect.core.trace.series import envelope
-from kvinspect.gui.graphics.view_span import CACHE, QUANTUM, ZoomMemo, pixel_size
+from kvinspect.gui.graphics.view_span import CACHE, QUANTUM, GrowingItem, ZoomMemo, pixel_size
 
 
 @functools.lru_cache(maxsize=8)
@@ -75,7 +75,7 @@ class WindowPrefix:
         return per * max(min(last[2], len(hi)) - 1, 0)
 
 
-class Curve(pg.GraphicsObject):
+class Curve(GrowingItem):
     """A curve from x/y arrays (``connect``: "finite" breaks at NaN, "pairs" draws segments).
 
     ``fill_level``/``brush`` fill the area down to that level (the memory lane's stack). ``opts``
@@ -123,9 +123,6 @@ class Curve(pg.GraphicsObject):
             v = np.append(v, self.opts["fillLevel"])
         return (float(v.min()), float(v.max())) if len(v) else (None, None)
 
-    def boundingRect(self) -> QtCore.QRectF:
-        return self._bounds
-
     # -- data ---------------------------------------------------------------------------------
     def setData(self, x, y, connect: str | None = None, same_prefix: int = 0,
                 px: tuple[float, float] | None = None, per: int = 0) -> bool:
@@ -163,7 +160,9 @@ class Curve(pg.GraphicsObject):
         if k:
             qx, qy = np.concatenate([old[1][:k], qx]), np.concatenate([old[2][:k], qy])
         self._key = [meta, qx, qy]
-        self._rebuild(px, per)
+        # Points before k are the last frame's: the path changes from the segment that ends at point k.
+        strip = k and self._strip_ok
+        self._rebuild(px, per, changed_from=float(self._x[k - 1]) - (len(self._offsets) + 1) * px[0] if strip else None)
         return True
 
     def set_bins(self, win: tuple, col: int, same_prefix: int, px: tuple[float, float] | None,
@@ -239,7 +238,6 @@ class Curve(pg.GraphicsObject):
         if not np.abs(y - low).max() < px[1]:  # (a NaN or an infinity fails it too)
             return False
         x = bin_centres(x0, stride, n)
-        self.prepareGeometryChange()
         self._pending = ((x0, stride, hi[:, None], lo[:, None]), 0, gaps)
         self._key = [(px, self.opts["connect"]), None, None]
         self._path = pg.arrayToQPath(x, y, connect="all", finiteCheck=False)
@@ -252,7 +250,7 @@ class Curve(pg.GraphicsObject):
             self._fill.closeSubpath()
         ys = y if level is None else np.append(y, level)
         self._set_bounds(float(x[0]), float(x[-1]), float(ys.min()), float(ys.max()), px)
-        self.update()
+        self.show_changed(self._bounds)
         return True
 
     def _drawn(self) -> tuple:
@@ -269,11 +267,8 @@ class Curve(pg.GraphicsObject):
         return key
 
     def _restore(self, drawn: tuple) -> None:
-        bounds = drawn[5]
-        if bounds != self._bounds:
-            self.prepareGeometryChange()
         self._x, self._y, self._key, self._path, self._fill, self._bounds, self._pending = drawn
-        self.update()
+        self.show_changed(self._bounds)
 
     def _materialise(self) -> None:
         if self._pending is not None:
@@ -287,13 +282,12 @@ class Curve(pg.GraphicsObject):
         """Forget what is shown: the next ``setData``/``set_bins`` repaints (from the memo when it can)."""
         self._key = None
 
-    def _rebuild(self, px: tuple[float, float] | None = None, per: int = 0) -> None:
-        self.prepareGeometryChange()
+    def _rebuild(self, px: tuple[float, float] | None = None, per: int = 0, changed_from: float | None = None) -> None:
         x, y = self._x, self._y
         if not len(x):
             self._path = self._fill = None
             self._bounds = QtCore.QRectF()
-            self.update()
+            self.show_changed(self._bounds)
             return
         px = px or pixel_size(self)
         if px is not None and self.opts["connect"] != "pairs" and len(x) >= 4 and len(x) % 2 == 0 \
@@ -327,7 +321,7 @@ class Curve(pg.GraphicsObject):
             ys = ys if level is None else np.append(ys, level)
             x0, x1 = (float(x[0]), float(x[-1])) if per else (float(x.min()), float(x.max()))
             self._set_bounds(x0, x1, float(ys.min()), float(ys.max()), px)
-        self.update()
+        self.show_changed(self._bounds, changed_from)
 
     def _set_bounds(self, x0: float, x1: float, y0: float, y1: float, px: tuple[float, float] | None) -> None:
         px = px or (0.0, 0.0)
@@ -341,6 +335,9 @@ class Curve(pg.GraphicsObject):
         pen.setWidthF(1.0)
         pen.setCosmetic(True)
         self._thin = pen
+        # A dash pattern drawn in a strip alone can start in another phase than the whole line's
+        # (Qt steps a clipped line's dashes in fixed point): a dashed curve repaints whole.
+        self._strip_ok = pen.style() == QtCore.Qt.PenStyle.SolidLine
 
     def paint(self, p, *args) -> None:
         if self._path is None:

@@ -47,6 +47,56 @@ class ViewSpan(pg.GraphicsObject):
         self.update()
 
 
+class GrowingItem(pg.GraphicsObject):
+    """An item drawn from data that grow at their right end (the heatmap, the curves): a live frame
+    repaints only the strip that changed.
+
+    Its bounding rect is its data's united with its view box's visible rect, so it stays the same
+    while a run grows inside the view: a frame then asks Qt for the strip right of the first changed
+    point (:meth:`show_changed`), and Qt repaints that strip of the view (the pixmap cache and the
+    screen), not every item under the whole lane. A new bounding rect (the data left the view, a
+    zoom) repaints the item whole, as any item's change does.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._data_rect = QtCore.QRectF()
+        self._paint_rect = QtCore.QRectF()
+
+    def _painted_rect(self) -> QtCore.QRectF:
+        if self._data_rect.isEmpty():
+            return QtCore.QRectF()
+        vb = self.getViewBox()
+        view = vb.viewRect() if vb is not None and hasattr(vb, "viewRect") else QtCore.QRectF()
+        return self._data_rect.united(view) if view.isValid() else QtCore.QRectF(self._data_rect)
+
+    def show_changed(self, data_rect: QtCore.QRectF, changed_from: float | None = None) -> None:
+        """The data now span ``data_rect``; what lies left of x = ``changed_from`` did not change (None:
+        everything may have)."""
+        right = max(self._data_rect.right(), data_rect.right()) if not self._data_rect.isEmpty() else data_rect.right()
+        self._data_rect = QtCore.QRectF(data_rect)
+        painted = self._painted_rect()
+        if painted != self._paint_rect:
+            self.prepareGeometryChange()
+            self._paint_rect = painted
+            self.update()
+        elif changed_from is None or not painted.isValid():
+            self.update()
+        elif changed_from < right:
+            # (to the old or new right end, whichever is further: what lies beyond was and stays empty)
+            x, right = max(changed_from, painted.left()), min(right, painted.right())
+            self.update(QtCore.QRectF(x, painted.top(), right - x, painted.height()))
+
+    def viewRangeChanged(self) -> None:
+        painted = self._painted_rect()
+        if painted != self._paint_rect:
+            self.prepareGeometryChange()
+            self._paint_rect = painted
+
+    def boundingRect(self) -> QtCore.QRectF:
+        return QtCore.QRectF(self._paint_rect)
+
+
 class ZoomMemo:
     """What an item drew for its last ``ZOOM_MEMO`` views, least recently used dropped first.
 

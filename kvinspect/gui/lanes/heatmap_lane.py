@@ -15,6 +15,7 @@ from kvinspect.gui.base.record_layers import layer_kinds
 from kvinspect.gui.graphics.axes import LayerAxis, StepAxis, layer_ticks
 from kvinspect.gui.graphics.heatmap import Heatmap
 from kvinspect.gui.graphics.regions import RegionsItem
+from kvinspect.gui.graphics.sticky_range import nice_ceiling
 from kvinspect.gui.lanes.lane_axes import fixed_axes
 
 
@@ -85,11 +86,13 @@ class HeatmapLane:
         self.axis.set_kinds(layer_kinds(record))
         self._mark_no_tokens(layer_kinds(record))
 
-    def refresh(self, s: RecordSeries, a: float, b: float, cols: int) -> int:
+    def refresh(self, s: RecordSeries, a: float, b: float, cols: int, growing: bool = False) -> int:
         """Draw steps ``a``…``b``; returns the top of the colour scale (the largest stored length in view).
 
         Scaled to the view, not the whole record: one runaway turn (a cache fed with
         use_cache=False holds thousands of rows) would otherwise paint every other turn flat.
+        ``growing`` (a generation streams): the top moves in steps with headroom, as the step axis
+        does, so a new token does not recolour every cell; at rest it is the largest length again.
         """
         h = self.plot.getViewBox().height()
         if abs(h - self._tick_h) > 1:
@@ -108,7 +111,11 @@ class HeatmapLane:
         # above it (cells stay within two of the 256 colour steps of an exact scale): while a run
         # grows the cells keep their colours, so only the newest column is mapped again and most
         # frames upload nothing.
-        if not (top <= self._scale_top <= top * (1 + 2 / 256)):
+        if growing:
+            if not (top <= self._scale_top <= top * 1.5):
+                self._scale_top = nice_ceiling(top * 1.15)
+            top = int(self._scale_top)
+        elif not (top <= self._scale_top <= top * (1 + 2 / 256)):
             self._scale_top = top * (1 + 1 / 256)
         same = (x0, stride, self._scale_top)
         prefix = max(self._window_len - 1, 0) if same == self._window_key else 0

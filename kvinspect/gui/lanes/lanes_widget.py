@@ -267,7 +267,7 @@ class PlotsWidget(QtWidgets.QWidget):
             self._invalidate()
         b = min(b, n - 1) if n else b
         self.placeholder.setVisible(n == 0)
-        top = self.heat.refresh(s, a, b, cols)
+        top = self.heat.refresh(s, a, b, cols, growing=self.growing and step is None)
         self.scale_hi.setText(f"{top:,}" if n else "")
         # Curves: one min/max bin per 2 px is as sharp as the eye can tell, at half the points to stroke.
         self.tokens.refresh(s, a, b, max(cols // 2, 50))

@@ -149,6 +149,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.restart_button.setVisible(False)
         self.restart_button.clicked.connect(self.restart_engine)
         self.steps_label = QtWidgets.QLabel()
+        self.steps_label.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
         self.trace_label = QtWidgets.QLabel()
         self.trace_label.setMaximumWidth(360)
         sb.addPermanentWidget(self.progress)
@@ -643,7 +644,18 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
                 self._stale.add(panel)
         self.events_dock.setWindowTitle(f"Events ({self.events.count()})" if r is not None else "Events")
         if r is not None:
-            self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
+            self._show_steps(r)
+
+    def _show_steps(self, r) -> None:
+        """The status bar's step count. Its label only widens: a label that changes width lays the
+        status bar out again and repaints it and the window's edge, at every paint of a stream."""
+        text = f"{r.n_steps:,} steps · {len(r.turns)} turns"
+        if text == self.steps_label.text():
+            return
+        self.steps_label.setText(text)
+        width = self.steps_label.sizeHint().width()
+        if width > self.steps_label.minimumWidth():
+            self.steps_label.setMinimumWidth(width)
 
     @staticmethod
     def _content_key(r, s):
@@ -672,7 +684,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
                     self.viewer.update()
                 self._render_panels(r, self.step)
             else:
-                self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
+                self._show_steps(r)
         self.renderedTick.emit()
 
     # -- Qt events ------------------------------------------------------------------------

@@ -240,6 +240,80 @@ def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
     assert [(r.left(), r.top(), r.right(), r.bottom()) for r in w.heat.regions.rects] == live_rects
 
 
+def _on_screen(w):
+    """What the plot view shows on screen now (the window's backing store, as the last paints left it)."""
+    from PySide6 import QtCore
+
+    vp = w.view.viewport()
+    at = vp.mapTo(w.window(), QtCore.QPoint(0, 0))
+    return w.screen().grabWindow(w.window().winId(), at.x(), at.y(), vp.width(), vp.height()).toImage()
+
+
+def test_live_frames_repaint_a_strip_and_leave_on_screen_what_a_full_repaint_paints(qtbot):
+    """A live frame asks Qt for the strip its items changed, not their lanes; after many such frames
+    (solid curves, the heatmap, dashed curves whole) the screen equals the same view repainted whole
+    with every item's pixmap cache dropped."""
+    from PySide6 import QtCore, QtWidgets
+
+    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
+
+    steps, layers, grow = 2000, 30, 120
+    full = synthetic_record(steps, layers, turns=4)
+    names = ("turn", "t", "cache_id", "q_len", "use_cache", "rss", "accel_allocated", "accel_reserved",
+             "seen", "stored", "dev", "nbytes")
+    cols = {k: full.col(k).copy() for k in names}
+    rec = type(full)(layers, full.header)
+    rec.set_devices(full.devices)
+    rec.append_columns({k: v[: steps - grow] for k, v in cols.items()})
+    for t in full.turns:
+        rec.add_turn(t)
+    w = PlotsWidget()
+    qtbot.addWidget(w)
+    w.resize(1000, 600)
+    w.show()
+    qtbot.waitExposed(w)
+    w.growing = True
+    w.render(rec, force=True)
+    app = QtWidgets.QApplication.instance()
+    app.processEvents()
+    heat_px = w.heat.plot.getViewBox().width() * w.heat.plot.getViewBox().height()
+    painted: list[float] = []
+
+    class PaintedArea(QtCore.QObject):
+        def eventFilter(self, obj, ev):  # noqa: N802 - Qt's name
+            if ev.type() == QtCore.QEvent.Type.Paint:
+                painted.append(sum(r.width() * r.height() for r in ev.region()))
+            return False
+
+    area = PaintedArea()
+    w.view.viewport().installEventFilter(area)
+    frames = []
+    for at in range(steps - grow, steps):
+        rec.append_columns({k: v[at: at + 1] for k, v in cols.items()})
+        painted.clear()
+        w.render(rec)
+        app.sendPostedEvents()
+        app.processEvents()
+        app.processEvents()
+        frames.append(sum(painted))
+    w.view.viewport().removeEventFilter(area)
+    # Most frames repaint a strip a few pixels wide (the heatmap's new column, the solid curves' ends);
+    # none repaints less than it changed, which the screen check below would show.
+    assert sorted(frames)[len(frames) // 2] < 0.6 * heat_px, frames
+    if w.screen().depth() < 24:
+        # (pytest-xvfb's screen is 16-bit: there translucent items blend with a rounding that depends on
+        # the region painted, and a full repaint differs from any partial one by a colour step)
+        pytest.skip(f"a {w.screen().depth()}-bit screen: the pixels are compared offscreen, in 32 bits")
+    live = _on_screen(w)
+    for item in w.view.scene().items():
+        mode = item.cacheMode()
+        item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.NoCache)
+        item.setCacheMode(mode)
+    w.view.viewport().repaint()
+    app.processEvents()
+    assert live == _on_screen(w), "a live frame left pixels on screen that a full repaint does not paint"
+
+
 def test_a_zoom_back_out_draws_what_a_fresh_redraw_draws(qtbot):
     """Curves, heatmap, grid and axes keep what they drew for the last few views (a zoom, then Fit,
     finds the full view's paths): every frame equals a new widget's first frame, also after the
@@ -323,6 +397,12 @@ def test_curves_and_heatmap_from_windows_are_built_as_from_their_arrays(qtbot):
                 assert drawn(c) == before, gaps
         img = w.heat.img
         buf = img._lut.take(img._idx.T)
+        if img._pixels is not None:  # one image column per device pixel: the column under each pixel's centre
+            left, pw, count = img._pixels
+            centres = left + (np.arange(count) + 0.5) * pw
+            at = np.floor((centres - img._rect.left()) / img._rect.width() * len(img._idx)).astype(int)
+            buf = np.ascontiguousarray(buf[:, np.clip(at, 0, len(img._idx) - 1)])
+            assert abs(img._draw.width() - count * pw) < 1e-9 and img._draw.left() <= img._rect.left()
         assert img._qimage == QtGui.QImage(buf.data, buf.shape[1], buf.shape[0], 4 * buf.shape[1],
                                            QtGui.QImage.Format.Format_RGB32)
 
