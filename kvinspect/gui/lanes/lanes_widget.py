@@ -115,7 +115,8 @@ class PlotsWidget(QtWidgets.QWidget):
 
         self.scale_img = QtWidgets.QLabel()
         self.scale_img.setPixmap(gradient_pixmap(72, 10))
-        self.scale_img.setToolTip("Heatmap colour: stored tokens per layer, 0 to the largest in view (zoom in to spread the colours)")
+        self.scale_img.setToolTip("Heatmap colour: stored tokens per layer, 0 to the largest in view (while a reply streams, a "
+                                 "round number above it, so colours stay put; zoom in to spread the colours)")
         self.scale_hi = QtWidgets.QLabel("")
         top = QtWidgets.QHBoxLayout()
         top.setContentsMargins(6, 2, 6, 0)
