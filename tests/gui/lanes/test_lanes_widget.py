@@ -193,13 +193,9 @@ def test_window_lines_are_drawn_with_their_labels(qtbot):
                for c in above) > 20
 
 
-def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
-    """Live frames compare only the curves' last bins (an append-only record at one zoom): what
-    they leave drawn, arrays and regions included, must equal a redraw from scratch."""
-    from kvinspect.core.trace.series import envelope
-    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
-
-    steps, layers, grow = 6000, 12, 700
+def _growing_record(steps: int, layers: int, grow: int):
+    """The benchmark's synthetic record (4 turns) without its last ``grow`` steps, and its columns, to
+    append one step a frame as an engine would."""
     full = synthetic_record(steps, layers, turns=4)
     names = ("turn", "t", "cache_id", "q_len", "use_cache", "rss", "accel_allocated", "accel_reserved",
              "seen", "stored", "dev", "nbytes")
@@ -211,6 +207,17 @@ def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
         rec.add_turn(t)
     for e in full.events:
         rec.add_event(e)
+    return rec, cols
+
+
+def test_live_frames_draw_what_a_forced_redraw_draws(qtbot):
+    """Live frames compare only the curves' last bins (an append-only record at one zoom): what
+    they leave drawn, arrays and regions included, must equal a redraw from scratch."""
+    from kvinspect.core.trace.series import envelope
+    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
+
+    steps, layers, grow = 6000, 12, 700
+    rec, cols = _growing_record(steps, layers, grow)
     w = PlotsWidget()
     qtbot.addWidget(w)
     w.resize(900, 560)
@@ -258,15 +265,7 @@ def test_live_frames_repaint_a_strip_and_leave_on_screen_what_a_full_repaint_pai
     from kvinspect.gui.lanes.lanes_widget import PlotsWidget
 
     steps, layers, grow = 2000, 30, 120
-    full = synthetic_record(steps, layers, turns=4)
-    names = ("turn", "t", "cache_id", "q_len", "use_cache", "rss", "accel_allocated", "accel_reserved",
-             "seen", "stored", "dev", "nbytes")
-    cols = {k: full.col(k).copy() for k in names}
-    rec = type(full)(layers, full.header)
-    rec.set_devices(full.devices)
-    rec.append_columns({k: v[: steps - grow] for k, v in cols.items()})
-    for t in full.turns:
-        rec.add_turn(t)
+    rec, cols = _growing_record(steps, layers, grow)
     w = PlotsWidget()
     qtbot.addWidget(w)
     w.resize(1000, 600)
