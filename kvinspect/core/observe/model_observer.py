@@ -37,6 +37,7 @@ from kvinspect.core.observe.turns import (
     drafts,
     find_tokenizer,
     forward_codes,
+    frame_raised,
     frame_running,
     generate_codes,
     generate_result_ids,
@@ -319,6 +320,8 @@ class ModelObserver:
             t = self.turn
             if not self.enabled or t is None or t.gen_frame is not frame:
                 return
+            if frame_raised(frame):
+                return  # whoever meets the exception closes the turn: the exit handler, or the next forward
             t.returned, t.result = True, result
             try:
                 self._close_locked()
@@ -389,7 +392,9 @@ class ModelObserver:
         with self.lock:
             t = self.turn
             if (t is not None and t.kind == "generate" and t.gen_frame is not None
-                    and not frame_running(t.gen_frame, t.thread_id)):
+                    and not frame_running(t.gen_frame, t.thread_id) and not frame_raised(t.gen_frame)):
+                # (one that raised stays open: its exception is still on its way up, and the exit
+                # handler, which sees it, fails the turn with its message)
                 self._close_locked()
 
     def tick(self) -> None:
@@ -413,6 +418,10 @@ class ModelObserver:
         turn = self.turn
         if turn is None:
             return
+        if (status == "ok" and turn.kind == "generate" and not turn.returned and turn.failure is None
+                and turn.gen_frame is not None and not frame_running(turn.gen_frame, turn.thread_id)
+                and frame_raised(turn.gen_frame)):
+            status, error = "failed", "generate() raised outside the model's forward, and the program went on"
         self.turn = None
         try:
             self._finish_turn(turn, status, error)

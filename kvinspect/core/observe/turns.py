@@ -10,6 +10,7 @@ per forward; the frame of an open ``generate()`` is held until its turn is close
 
 from __future__ import annotations
 
+import dis
 import inspect
 import os
 import sys
@@ -156,6 +157,20 @@ def frame_running(frame, thread_id: int) -> bool:
             return True
         f = f.f_back
     return False
+
+
+_RETURNS = frozenset(dis.opmap[n] for n in ("RETURN_VALUE", "RETURN_CONST") if n in dis.opmap)
+
+
+def frame_raised(frame) -> bool:
+    """Whether ``frame``, which has finished, ended by an exception rather than a return.
+
+    Its last instruction tells: a return, or the call or raise the exception left from. Another
+    thread (the live ticker) sees a ``generate()`` that raised as a finished frame while the exception
+    is still on its way up; the exit watch sees its ``return`` event with no value either way.
+    """
+    i, code = frame.f_lasti, frame.f_code.co_code
+    return 0 <= i < len(code) and code[i] not in _RETURNS
 
 
 _lib_dirs: tuple[str, ...] | None = None

@@ -135,7 +135,8 @@ PROGRAM = textwrap.dedent('''
         print(name, out[0, -3:].tolist())
     sys.stderr.write("my own stderr line\\n")
     mode = sys.argv[1]
-    if mode == "crash-inside":
+    if mode in ("crash-inside", "caught-inside"):
+        import time
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         class Boom(StoppingCriteria):
@@ -145,7 +146,15 @@ PROGRAM = textwrap.dedent('''
                 if Boom.calls == 2:
                     raise RuntimeError("boom inside generate")
                 return torch.zeros(input_ids.shape[0], dtype=torch.bool)
-        lm.model.generate(input_ids=ids, max_new_tokens=6, stopping_criteria=StoppingCriteriaList([Boom()]))
+        try:
+            lm.model.generate(input_ids=ids, max_new_tokens=6, stopping_criteria=StoppingCriteriaList([Boom()]))
+        except RuntimeError:
+            if mode == "crash-inside":
+                raise
+            print("caught it")
+        finally:
+            time.sleep(0.8)  # generate() has returned by raising; kvinspect's ticker looks meanwhile
+        sys.exit(0)
     elif mode == "crash-after":
         raise ValueError("boom after the model ran")
     sys.exit(int(mode))
@@ -191,6 +200,15 @@ def test_a_crashing_script_leaves_a_readable_trace_and_its_exit_code(tmp_path, p
     else:
         assert [t.status for t in rec.turns] == ["ok"] and not crash["in_turn"]
     assert (tmp_path / "out" / "summary.json").is_file()
+
+
+def test_a_generate_that_raised_and_was_caught_is_a_failed_turn(tmp_path, program):
+    p, env = program
+    r = kvinspect_trace(tmp_path / "out", sys.executable, str(p), "caught-inside", env=env)
+    assert r.returncode == 0 and "caught it" in r.stdout, r.stderr[-2000:]
+    rec = read_trace(tmp_path / "out")
+    assert [t.status for t in rec.turns] == ["ok", "failed"] and "crash" not in rec.header.get("notes", {})
+    assert "generate() raised" in rec.turns[1].error
 
 
 def test_two_models_get_two_clearly_named_traces(tmp_path, program):
