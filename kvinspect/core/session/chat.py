@@ -385,6 +385,9 @@ class ChatSession:
         new_ids: list[int] = []
         failed_cache = None
         error: BaseException | None = None
+        # What the cache holds as it is handed to the call, to explain a failure: measured after it, a
+        # cache the failing forward half wrote can read as holding the whole prompt.
+        held = _cached_length(self.cache)
         try:
             self.observer.enabled = True
             with self._generation_config_scope():
@@ -406,7 +409,7 @@ class ChatSession:
         finally:
             self.observer.enabled = False
         t1 = time.perf_counter()
-        self._finish_turn(turn, ctx, new_ids, streamer, t0, t1, error, failed_cache, content, new_pictures)
+        self._finish_turn(turn, ctx, new_ids, streamer, t0, t1, error, failed_cache, content, new_pictures, held)
         if error is not None:
             log.info("turn %d failed: %s", index + 1, turn.error)
         return turn
@@ -626,7 +629,8 @@ class ChatSession:
         return new
 
     def _finish_turn(self, turn: TurnRecord, ctx: TurnContext, new_ids, streamer, t0, t1,
-                     error: BaseException | None, failed_cache=None, content=None, new_pictures=()) -> None:
+                     error: BaseException | None, failed_cache=None, content=None, new_pictures=(),
+                     held: int | None = None) -> None:
         eos = self._eos_ids()
         reply_ids = [i for i in new_ids if i not in eos]
         turn.reply = self.tok.decode(reply_ids, skip_special_tokens=True) if reply_ids else ""
@@ -653,7 +657,7 @@ class ChatSession:
         self.pipeline.finish(turn, ctx, new_ids=new_ids, snapshot=snap, t_start=t0, t_first=streamer.first_token_t,
                              t_end=t1, detect=detect_turn,
                              failure=Failure.of(error) if error is not None else None,
-                             held=_cached_length(failed_cache) if error is not None else None,
+                             held=held if error is not None else None,
                              extra_events=stopped)
         if turn.status != "failed":
             self.history += [{"role": "user", "content": turn.user if content is None else content},
