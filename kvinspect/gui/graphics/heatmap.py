@@ -97,11 +97,11 @@ class Heatmap(GrowingItem):
         The image is drawn one column per device pixel from a pixel edge, each pixel the colour of
         the column under its centre: Qt then copies pixels instead of scaling columns (a scale
         steps through columns in fixed point, so a strip drawn alone could pick a boundary pixel's
-        neighbour). None (no size yet, or columns wider than pixels): one image column per column.
+        neighbour). None (no size yet, or a rect far wider than the view): one image column per column.
         """
         px = pixel_size(self)
         vb = self.getViewBox()
-        if px is None or vb is None or n == 0 or rect.width() / n >= px[0] * 4:
+        if px is None or vb is None or n == 0:
             return None
         left = vb.mapViewToDevice(QtCore.QPointF(rect.left(), rect.top()))
         if left is None:

@@ -8,6 +8,7 @@ same record once and painted it at once.
 
 from __future__ import annotations
 
+import pytest
 from PySide6 import QtCore, QtGui
 
 from kvinspect.gui.base.paint_clock import on_screen
@@ -144,3 +145,30 @@ def test_each_stream_line_is_decoded_once_and_never_by_a_paint(qtbot, window):
     assert turn.status == "ok" and lines[0] > 2
     assert decoded[0] == lines[0], "a stream line was decoded more (or less) than once"
     assert in_paint and set(in_paint) == {0}, "a paint decoded a stream line"
+
+
+@pytest.mark.smollm2
+def test_mid_turn_the_plots_show_what_a_full_repaint_of_them_shows(qtbot, window, smollm2_fetched):
+    """Live frames repaint strips; at any moment of a streaming SmolLM2 turn, what the plots' pixmap
+    caches hold is what the same items paint from scratch (a strip drawn alone differs in no pixel:
+    with its columns wider than a pixel and drawn scaled, it did at some column edges)."""
+    from PySide6 import QtWidgets
+
+    load(qtbot, window, "smollm2")
+    window.resize(1400, 860)
+    window.chat.max_new.setValue(250)
+    window.chat.input.setPlainText("Write a long story about a lighthouse keeper who finds a message in a bottle.")
+    c = window.controller
+    first = window.record.n_steps if window.record is not None else 0
+    with qtbot.waitSignal(c.turnFinished, timeout=TURN_TIMEOUT_MS):
+        window.chat.send()
+        for extra in (60, 130, 200):
+            qtbot.waitUntil(lambda extra=extra: window.record is not None and window.record.n_steps > first + extra,
+                            timeout=TURN_TIMEOUT_MS)
+            qtbot.wait(120)  # a paint or two at the live rate
+            live = window.plots.grab().toImage()
+            for item in window.plots.view.scene().items():
+                mode = item.cacheMode()
+                item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.NoCache)
+                item.setCacheMode(mode)
+            assert live == window.plots.grab().toImage(), f"step {window.record.n_steps}: a strip left stale pixels"
