@@ -54,8 +54,8 @@ class Heatmap(GrowingItem):
         scale = 256.0 / max(float(top), 1e-9)
         old = self._idx
         pixels = self._device_pixels(rect, len(values))
-        if pixels != self._pixels:
-            old = None  # another pixel grid: every column is drawn again
+        if (pixels and pixels[:2]) != (self._pixels and self._pixels[:2]):
+            old = None  # another pixel grid: every column is drawn again (more pixels of one grid are a live frame's)
         k = min(same_prefix, len(values), len(old)) if old is not None and scale == self._scale else 0
         memo_key = (rect.getRect(), scale, values.shape, pixels)
         if not k:
@@ -134,9 +134,9 @@ class Heatmap(GrowingItem):
         img = self._qimage
         if img is None:
             return
-        # Column i at x0 + i · stride by one transform, whatever the image's width: drawn into the rect
-        # (a scale of width / columns) a pixel's sampled column could differ in the last bit from one
-        # frame to the next, and a live frame repaints only its new strip.
+        # Image pixel j at left + j · width by one transform, whatever the image's width: drawn into the
+        # rect (a scale of width / pixels) a pixel's place could differ in the last bit from one frame to
+        # the next, and a live frame repaints only its new strip.
         r = self._draw
         p.save()
         p.translate(r.left(), r.top())
