@@ -18,6 +18,7 @@ from kvinspect.core.trace.series import MEAN_SEEN, MEAN_STORED, RSS, RecordSerie
 from kvinspect.core.units import fmt_bytes
 from kvinspect.gui.base import theme as th
 from kvinspect.gui.base.record_layers import layer_kinds, layer_windows
+from kvinspect.gui.base.status_text import StatusText
 from kvinspect.gui.graphics.axes import StepAxis
 from kvinspect.gui.graphics.color_scale import gradient_pixmap
 from kvinspect.gui.graphics.cursor_line import vline
@@ -117,7 +118,8 @@ class PlotsWidget(QtWidgets.QWidget):
         self.scale_img.setPixmap(gradient_pixmap(72, 10))
         self.scale_img.setToolTip("Heatmap colour: stored tokens per layer, 0 to the largest in view (while a reply streams, a "
                                  "round number above it, so colours stay put; zoom in to spread the colours)")
-        self.scale_hi = QtWidgets.QLabel("")
+        # (its text changes as a reply streams: a QLabel would lay the window out each time)
+        self.scale_hi = StatusText(align=QtCore.Qt.AlignmentFlag.AlignLeft, margin=0)
         top = QtWidgets.QHBoxLayout()
         top.setContentsMargins(6, 2, 6, 0)
         top.setSpacing(4)

@@ -28,6 +28,7 @@ from kvinspect.gui.base import gui_thread_gc
 from kvinspect.gui.base import theme as th
 from kvinspect.gui.base.errors_and_logs import ErrorReporter
 from kvinspect.gui.base.paint_clock import PaintClock, on_screen
+from kvinspect.gui.base.status_text import StatusText
 from kvinspect.gui.dialogs import about_dialog, policies_box
 from kvinspect.gui.dialogs.model_picker import ModelPicker, dropped_path
 from kvinspect.gui.engine_link.engine_requests import LoadRequest, ModelInfo, TurnRequest
@@ -148,8 +149,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.restart_button.setToolTip("The model's process ended: start a new one, reload the model, new chat")
         self.restart_button.setVisible(False)
         self.restart_button.clicked.connect(self.restart_engine)
-        self.steps_label = QtWidgets.QLabel()
-        self.steps_label.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
+        self.steps_label = StatusText()  # (set at every paint of a stream: a QLabel would lay the window out)
         self.trace_label = QtWidgets.QLabel()
         self.trace_label.setMaximumWidth(360)
         sb.addPermanentWidget(self.progress)
@@ -647,15 +647,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             self._show_steps(r)
 
     def _show_steps(self, r) -> None:
-        """The status bar's step count. Its label only widens: a label that changes width lays the
-        status bar out again and repaints it and the window's edge, at every paint of a stream."""
-        text = f"{r.n_steps:,} steps · {len(r.turns)} turns"
-        if text == self.steps_label.text():
-            return
-        self.steps_label.setText(text)
-        width = self.steps_label.sizeHint().width()
-        if width > self.steps_label.minimumWidth():
-            self.steps_label.setMinimumWidth(width)
+        """The status bar's step count (``StatusText``: it repaints itself, and only widens)."""
+        self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
 
     @staticmethod
     def _content_key(r, s):
