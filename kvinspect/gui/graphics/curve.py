@@ -32,7 +32,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui
 
 from kvinspect.core.trace.series import envelope
-from kvinspect.gui.graphics.view_span import CACHE, QUANTUM, GrowingItem, ZoomMemo, pixel_size
+from kvinspect.gui.graphics.view_span import QUANTUM, GrowingItem, ZoomMemo, pixel_size
 
 
 @functools.lru_cache(maxsize=8)
@@ -52,6 +52,61 @@ def stroke_offsets(width: float) -> list[tuple[int, int]]:
     """
     n = max(1, int(round(width)))
     return [(k, k) for k in range(n)]
+
+
+def dash_points(x: np.ndarray, y: np.ndarray, px: tuple[float, float], pattern: tuple[float, ...],
+                pairs: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The dashes of the polyline ``x, y`` as solid pieces: points and pyqtgraph's ``connect`` array.
+
+    Qt dashes a clipped line from another phase than the whole line, so a dashed curve could not
+    repaint a strip. Here the pattern (device pixels, on/off alternating, from the first point) is
+    laid along the line's length in device pixels once, in item coordinates: a strip drawn with a
+    solid pen then shows the whole line's pixels, and a point appended moves only the dashes after
+    it. ``pairs``: only segments 2k → 2k+1 are drawn (``connect="pairs"``). None: nothing to dash.
+    """
+    period = float(sum(pattern))
+    if len(x) < 2 or not period > 0 or len(pattern) % 2:
+        return None
+    # A piece is stroked from the pixel at its start to the one at its end, both lit: an "on" part of
+    # n pixels is a piece n - 1 long (a dot, a point), its gap one longer, as Qt's dasher counts them.
+    pairs_ = [(max(on - 1.0, 1e-3), on + off) for on, off in zip(pattern[0::2], pattern[1::2], strict=True)]
+    pattern = tuple(v for on, both in pairs_ for v in (on, both - on))
+    dx = np.diff(x) / px[0]
+    dy = np.diff(y) / px[1]
+    seg = np.hypot(dx, dy)
+    drawn = np.isfinite(seg)
+    if pairs:
+        drawn[1::2] = False
+    seg = np.where(drawn, seg, 0.0)
+    along = np.concatenate([[0.0], np.cumsum(seg)])
+    total = along[-1]
+    if not total > 0:
+        return None
+    starts = np.concatenate([[0.0], np.cumsum(pattern)[:-1]])
+    edges = (np.arange(int(total // period) + 1)[:, None] * period + starts[None, :]).ravel()
+    edges = edges[(edges > 0) & (edges < total)]
+    # Each edge lies on the segment that reaches past it (a drawn one: an undrawn segment has no length).
+    i = np.clip(np.searchsorted(along, edges, side="right") - 1, 0, len(seg) - 1)
+    t = (edges - along[i]) / np.where(seg[i] > 0, seg[i], 1.0)
+    ex = x[i] + t * (x[i + 1] - x[i])
+    ey = y[i] + t * (y[i + 1] - y[i])
+    # The line's own points and the edges, in order along it (a point first where both fall together).
+    order = np.argsort(np.concatenate([along, edges]), kind="stable")
+    s = np.concatenate([along, edges])[order]
+    px_ = np.concatenate([x, ex])[order]
+    py_ = np.concatenate([y, ey])[order]
+    # A piece is drawn when it lies on a drawn segment and its middle falls in an "on" part.
+    seg_of = np.concatenate([np.arange(len(x)), i])[order]  # the segment a point starts (an edge: its own)
+    piece_seg = np.minimum(seg_of[:-1], len(seg) - 1)
+    mid = ((s[:-1] + s[1:]) / 2) % period
+    on = (np.searchsorted(np.cumsum(pattern), mid, side="right") % 2 == 0) & (s[1:] > s[:-1]) & drawn[piece_seg]
+    keep = np.zeros(len(s), dtype=bool)
+    keep[:-1] |= on
+    keep[1:] |= on
+    if not keep.any():
+        return None
+    connect = np.append(on, False)[keep]
+    return px_[keep], py_[keep], connect
 
 
 class WindowPrefix:
@@ -95,11 +150,15 @@ class Curve(GrowingItem):
         self._pending: tuple | None = None  # a window whose x/y are made only when asked for (set_bins)
         self._key: tuple | None = None  # what the current path shows, quantised to sub-pixels
         self._path: QtGui.QPainterPath | None = None
+        self._dashes_made = False  # the path holds the dashes themselves (stroked with a solid pen)
         self._fill: QtGui.QPainterPath | None = None
         self._bounds = QtCore.QRectF()
         self._memo = ZoomMemo()  # (window, column, pixel size…) → (its data, what was drawn)
         self._set_strokes()
-        self.setCacheMode(CACHE)
+        # No pixmap cache: a live frame changes every curve anyway, and a cached item paints a strip
+        # into a pixmap of the strip's size, where Qt's stroker cuts a sloped line at the pixmap's
+        # edge and can step it a pixel off a full repaint's. Painted on the view, clipped, a strip
+        # is exact (tests/gui/graphics/test_dashed_curve.py), at the same cost (docs/redraw.md).
 
     # -- the parts the legend and pyqtgraph's view box use -----------------------------------------
     def name(self) -> str | None:
@@ -107,7 +166,12 @@ class Curve(GrowingItem):
 
     def setPen(self, pen) -> None:
         self.opts["pen"] = pg.mkPen(pen)
+        pattern = getattr(self, "_pattern", ())
         self._set_strokes()
+        if self._pattern != pattern and self._key is not None:  # dashes on or off: the path itself changes
+            self._materialise()
+            self._memo = ZoomMemo()
+            self._rebuild()
         self.update()
         self.sigStyleChanged.emit()
 
@@ -161,7 +225,7 @@ class Curve(GrowingItem):
             qx, qy = np.concatenate([old[1][:k], qx]), np.concatenate([old[2][:k], qy])
         self._key = [meta, qx, qy]
         # Points before k are the last frame's: the path changes from the segment that ends at point k.
-        strip = k and self._strip_ok
+        strip = bool(k)
         self._rebuild(px, per, changed_from=float(self._x[k - 1]) - (len(self._offsets) + 1) * px[0] if strip else None)
         return True
 
@@ -200,7 +264,7 @@ class Curve(GrowingItem):
         # Not on a live frame (the same view, one bin further): its data are new by definition.
         memo_key = data = None
         if px is not None and (not same_prefix or old is None):
-            memo_key = (x0, stride, len(hi), col, gaps, px, self.opts["connect"], len(self._offsets))
+            memo_key = (x0, stride, len(hi), col, gaps, px, self.opts["connect"], len(self._offsets), self._pattern)
             data = hi[:, col].tobytes() + (lo[:, col].tobytes() if per == 2 else b"")
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] == data:
@@ -240,7 +304,7 @@ class Curve(GrowingItem):
         x = bin_centres(x0, stride, n)
         self._pending = ((x0, stride, hi[:, None], lo[:, None]), 0, gaps)
         self._key = [(px, self.opts["connect"]), None, None]
-        self._path = pg.arrayToQPath(x, y, connect="all", finiteCheck=False)
+        self._path = self._dashed(x, y, px) or pg.arrayToQPath(x, y, connect="all", finiteCheck=False)
         level = self.opts["fillLevel"]
         self._fill = None
         if level is not None and self.opts["fillBrush"] is not None:
@@ -254,7 +318,7 @@ class Curve(GrowingItem):
         return True
 
     def _drawn(self) -> tuple:
-        return self._x, self._y, self._key, self._path, self._fill, self._bounds, self._pending
+        return self._x, self._y, self._key, self._path, self._fill, self._bounds, self._pending, self._dashes_made
 
     def _key_of(self) -> list | None:
         """The key of what is drawn, its quantised points made on first use (``_set_within``)."""
@@ -267,7 +331,7 @@ class Curve(GrowingItem):
         return key
 
     def _restore(self, drawn: tuple) -> None:
-        self._x, self._y, self._key, self._path, self._fill, self._bounds, self._pending = drawn
+        self._x, self._y, self._key, self._path, self._fill, self._bounds, self._pending, self._dashes_made = drawn
         self.show_changed(self._bounds)
 
     def _materialise(self) -> None:
@@ -305,8 +369,8 @@ class Curve(GrowingItem):
         # An envelope's x is finite: with every y finite too, 'all' and 'finite' give pyqtgraph's
         # path for finite points, without its checks.
         finite = bool(per) and bool(ok.all()) and self.opts["connect"] in ("all", "finite")
-        self._path = pg.arrayToQPath(x, y, connect="all", finiteCheck=False) if finite \
-            else pg.arrayToQPath(x, y, connect=self.opts["connect"])
+        self._path = self._dashed(x, y, px) or (pg.arrayToQPath(x, y, connect="all", finiteCheck=False) if finite
+                                                 else pg.arrayToQPath(x, y, connect=self.opts["connect"]))
         level = self.opts["fillLevel"]
         self._fill = None
         if level is not None and self.opts["fillBrush"] is not None:
@@ -323,6 +387,15 @@ class Curve(GrowingItem):
             self._set_bounds(x0, x1, float(ys.min()), float(ys.max()), px)
         self.show_changed(self._bounds, changed_from)
 
+    def _dashed(self, x: np.ndarray, y: np.ndarray, px: tuple[float, float] | None) -> QtGui.QPainterPath | None:
+        """The dashes as a solid path (``dash_points``); None for a solid pen, or outside a view (Qt's dashes then)."""
+        self._dashes_made = False
+        if not self._pattern or px is None or pg.getConfigOption("antialias"):  # (figures: the real pen)
+            return None
+        d = dash_points(x, y, px, self._pattern, pairs=self.opts["connect"] == "pairs")
+        self._dashes_made = True
+        return QtGui.QPainterPath() if d is None else pg.arrayToQPath(*d[:2], connect=d[2], finiteCheck=False)
+
     def _set_bounds(self, x0: float, x1: float, y0: float, y1: float, px: tuple[float, float] | None) -> None:
         px = px or (0.0, 0.0)
         m = len(self._offsets) + 1  # the strokes reach this many pixels past the points
@@ -334,10 +407,14 @@ class Curve(GrowingItem):
         self._offsets = stroke_offsets(pen.widthF()) if pen.style() != QtCore.Qt.PenStyle.NoPen else []
         pen.setWidthF(1.0)
         pen.setCosmetic(True)
+        # A dashed pen's dashes are made in the path (``dash_points``) and stroked solid, so that a
+        # strip repaints as the whole line would; the 1-px pen's pattern is in device pixels.
+        style = pen.style()
+        self._pattern = tuple(pen.dashPattern()) if style not in (QtCore.Qt.PenStyle.SolidLine,
+                                                                   QtCore.Qt.PenStyle.NoPen) else ()
         self._thin = pen
-        # A dash pattern drawn in a strip alone can start in another phase than the whole line's
-        # (Qt steps a clipped line's dashes in fixed point): a dashed curve repaints whole.
-        self._strip_ok = pen.style() == QtCore.Qt.PenStyle.SolidLine
+        self._solid = QtGui.QPen(pen)
+        self._solid.setStyle(QtCore.Qt.PenStyle.SolidLine)
 
     def paint(self, p, *args) -> None:
         if self._path is None:
@@ -351,7 +428,7 @@ class Curve(GrowingItem):
             p.setPen(self.opts["pen"])
             p.drawPath(self._path)
             return
-        p.setPen(self._thin)
+        p.setPen(self._solid if self._dashes_made else self._thin)
         if len(self._offsets) == 1:
             p.drawPath(self._path)
             return
