@@ -9,7 +9,9 @@ The protocol descriptors are not inherited by child processes (``pip download``,
 request loop) only put messages on a queue and never block on the pipe. One writer thread drains
 the queue, coalesces what piled up (consecutive tokens of a turn into one line, consecutive step
 blocks into one block, heartbeats into the latest) and writes the batch in a single ``write``:
-tokens and step blocks wait up to ``batch_s`` to be batched, replies and trace lines go out at once.
+tokens and step blocks wait up to ``batch_s`` to be batched (and ``gather_s`` at least, so that a step's
+block and its token go out together), replies and trace lines go out at once. A heartbeat is not
+written while other lines stream: any line shows the engine alive.
 A window that falls behind therefore makes batches bigger; it never slows the model down.
 """
 
@@ -111,9 +113,12 @@ class LineWriter:
     serialised on the writer thread. ``on_broken`` runs (on the writer thread) when the pipe is gone.
     """
 
-    def __init__(self, f: IO[bytes], *, batch_s: float = 0.02, on_broken=None):
+    def __init__(self, f: IO[bytes], *, batch_s: float = 0.02, gather_s: float = 0.01, quiet_s: float = 0.9,
+                 on_broken=None):
         self.f = f
         self.batch_s = batch_s
+        self.gather_s = gather_s  # a lazy line waits this long for others, at least
+        self.quiet_s = quiet_s  # a heartbeat this soon after a written line is dropped
         self.on_broken = on_broken
         self.q: queue.SimpleQueue = queue.SimpleQueue()
         self.lines_written = 0
@@ -147,8 +152,14 @@ class LineWriter:
             item = self.q.get()
             if item is _CLOSE:
                 break
-            if _kind(item) in LAZY:
-                wait = self._last_write + self.batch_s - time.monotonic()
+            kind = _kind(item)
+            if kind in LAZY:
+                # A lazy line waits a little for its companions (a step's block and its token are
+                # sent a millisecond or so apart): one write, so one read and one paint in the window.
+                now = time.monotonic()
+                wait = max(self._last_write + self.batch_s, now + self.gather_s) - now
+                if kind == "heartbeat" and now - self._last_write < self.quiet_s:
+                    wait = 0.0  # (a heartbeat alone after a recent line says nothing new: see below)
                 if wait > 0:
                     time.sleep(wait)
             batch = [item]
@@ -161,6 +172,11 @@ class LineWriter:
                     closing = True
                     break
                 batch.append(nxt)
+            # Any line shows the engine alive: while lines stream, heartbeats are not written.
+            if any(_kind(x) != "heartbeat" for x in batch):
+                batch = [x for x in batch if _kind(x) != "heartbeat"]
+            elif time.monotonic() - self._last_write < self.quiet_s:
+                continue
             try:
                 lines = [self._line(x) for x in coalesce(batch)]
             except Exception:  # noqa: BLE001 - a bug in one message must not end the stream

@@ -6,8 +6,10 @@ file gives; only the protocol may write to stdout; versions are checked on both 
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -191,6 +193,47 @@ def test_a_slow_reader_gets_bigger_batches_never_a_blocked_engine():
     assert len(pipe.writes) <= 3 and len(lines) <= 3
     assert "".join(from_line(__import__("json").loads(x)).text for x in lines[1:]) == "".join(
         f"t{i} " for i in range(500))
+
+
+class _Recorder:
+    def __init__(self):
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+def _steps(first, n):
+    return Steps(first, n, {"turn": np.zeros(n, np.int32), "t": np.arange(first, first + n, dtype=np.float64)})
+
+
+def test_a_step_block_and_its_token_go_out_in_one_write():
+    pipe = _Recorder()
+    w = LineWriter(pipe, batch_s=0, gather_s=0.5)  # (the gather is long here so that no scheduling can split them)
+    w.send(_steps(0, 1))
+    w.send(Token(0, "a"))
+    w.close()
+    assert len(pipe.writes) == 1
+    assert [json.loads(x)["type"] for x in pipe.writes[0].decode().splitlines()] == ["steps", "token"]
+
+
+def test_heartbeats_are_not_written_while_lines_stream_and_are_when_it_is_quiet():
+    pipe = _Recorder()
+    w = LineWriter(pipe, batch_s=0, gather_s=0, quiet_s=3600)
+    w.send(Token(0, "a"))
+    deadline = time.monotonic() + 30
+    while not pipe.writes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    w.send({"type": "heartbeat", "t": 1})
+    w.send(Token(0, "b"))
+    w.close()
+    kinds = [json.loads(x)["type"] for d in pipe.writes for x in d.decode().splitlines()]
+    assert kinds == ["token", "token"]
+    quiet = _Recorder()
+    w = LineWriter(quiet, batch_s=0, gather_s=0, quiet_s=0)
+    w.send({"type": "heartbeat", "t": 1})
+    w.close()
+    assert [json.loads(x)["type"] for d in quiet.writes for x in d.decode().splitlines()] == ["heartbeat"]
 
 
 def test_coalesce_merges_neighbours_only():
