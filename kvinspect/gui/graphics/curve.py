@@ -158,7 +158,7 @@ class Curve(GrowingItem):
         # No pixmap cache: a live frame changes every curve anyway, and a cached item paints a strip
         # into a pixmap of the strip's size, where Qt's stroker cuts a sloped line at the pixmap's
         # edge and can step it a pixel off a full repaint's. Painted on the view, clipped, a strip
-        # is exact (tests/gui/graphics/test_dashed_curve.py), at the same cost (docs/redraw.md).
+        # is exact (tests/gui/graphics/test_curve_strips.py), at the same cost (docs/redraw.md).
 
     # -- the parts the legend and pyqtgraph's view box use -----------------------------------------
     def name(self) -> str | None:
@@ -166,7 +166,7 @@ class Curve(GrowingItem):
 
     def setPen(self, pen) -> None:
         self.opts["pen"] = pg.mkPen(pen)
-        pattern = getattr(self, "_pattern", ())
+        pattern = self._pattern
         self._set_strokes()
         if self._pattern != pattern and self._key is not None:  # dashes on or off: the path itself changes
             self._materialise()
@@ -304,7 +304,8 @@ class Curve(GrowingItem):
         x = bin_centres(x0, stride, n)
         self._pending = ((x0, stride, hi[:, None], lo[:, None]), 0, gaps)
         self._key = [(px, self.opts["connect"]), None, None]
-        self._path = self._dashed(x, y, px) or pg.arrayToQPath(x, y, connect="all", finiteCheck=False)
+        dashed = self._dashed(x, y, px)
+        self._path = dashed if dashed is not None else pg.arrayToQPath(x, y, connect="all", finiteCheck=False)
         level = self.opts["fillLevel"]
         self._fill = None
         if level is not None and self.opts["fillBrush"] is not None:
@@ -369,8 +370,9 @@ class Curve(GrowingItem):
         # An envelope's x is finite: with every y finite too, 'all' and 'finite' give pyqtgraph's
         # path for finite points, without its checks.
         finite = bool(per) and bool(ok.all()) and self.opts["connect"] in ("all", "finite")
-        self._path = self._dashed(x, y, px) or (pg.arrayToQPath(x, y, connect="all", finiteCheck=False) if finite
-                                                 else pg.arrayToQPath(x, y, connect=self.opts["connect"]))
+        dashed = self._dashed(x, y, px)
+        self._path = dashed if dashed is not None else pg.arrayToQPath(x, y, connect="all", finiteCheck=False) \
+            if finite else pg.arrayToQPath(x, y, connect=self.opts["connect"])
         level = self.opts["fillLevel"]
         self._fill = None
         if level is not None and self.opts["fillBrush"] is not None:
