@@ -254,19 +254,36 @@ def _steps(obj: dict, n_layers: int, line_bytes: int, bytes_read: int) -> Steps:
     return Steps(first, n, cols)
 
 
+def _numpy_dtype(spec: Any) -> np.dtype:
+    if isinstance(spec, str):
+        dt = _DTYPE_OF.get(spec)
+        if dt is None:
+            dt = np.dtype(spec)  # a bad name raises here, before it is remembered
+            if len(_DTYPE_OF) < 64:
+                _DTYPE_OF[spec] = dt
+        return dt
+    return np.dtype(spec)
+
+
+#: dtype names seen in step columns: a live stream decodes a dozen columns a token, and parsing the
+#: same few names again each time was a tenth of a column's cost.
+_DTYPE_OF: dict[str, np.dtype] = {}
+_WANT = {name: np.dtype(dt) for name, dt in DTYPES.items()}
+
+
 def decode_column(name: str, spec: Any, shape: tuple[int, ...]) -> np.ndarray:
     """One step column, decoded only as far as its shape allows; MessageError when it does not fit."""
     if not isinstance(spec, dict):
         raise MessageError(f"column {name} is not an object")
-    want = np.dtype(DTYPES[name])
+    want = _WANT[name]
     try:
-        dt = np.dtype(spec.get("dtype"))
+        dt = _numpy_dtype(spec.get("dtype"))
     except (TypeError, ValueError):
         raise MessageError(f"column {name}: dtype {_show(spec.get('dtype'))} is not a numpy dtype") from None
     if dt.kind != want.kind or dt.itemsize != want.itemsize:
         raise MessageError(f"column {name}: dtype {dt.str} is not {want.newbyteorder('<').str}")
     got = spec.get("shape")
-    if not isinstance(got, list) or [x for x in got] != list(shape):
+    if not isinstance(got, list) or got != list(shape):
         raise MessageError(f"column {name}: shape {_show(got)} is not {list(shape)}")
     data = spec.get("data")
     if not isinstance(data, str):
@@ -290,13 +307,15 @@ def decode_column(name: str, spec: Any, shape: tuple[int, ...]) -> np.ndarray:
     if len(raw) != size or z.unconsumed_tail or not z.eof:
         raise MessageError(f"column {name}: its data does not decompress to {shape} values")
     arr = np.frombuffer(raw, dtype=dt).reshape(shape)
-    if spec.get("delta") and len(arr):
+    # A delta column's running sum over one row is that row: a live stream's blocks are one or two
+    # steps, and the sum's setup cost more than its work.
+    if spec.get("delta") and len(arr) > 1:
         with np.errstate(over="ignore", invalid="ignore"):
             if dt.kind == "f":
                 arr = np.cumsum(arr, axis=0, dtype=dt)
             else:
                 arr = np.cumsum(arr, axis=0, dtype=np.int64).astype(dt)
-    return arr.astype(dt.newbyteorder("="), copy=False)
+    return arr if dt.isnative else arr.astype(dt.newbyteorder("="))
 
 
 # -- fields ------------------------------------------------------------------------------------------
