@@ -27,6 +27,7 @@ import logging
 
 from PySide6 import QtCore
 
+from kvinspect.core.trace.messages import TRACE_KINDS
 from kvinspect.engine import protocol as P
 from kvinspect.engine.launch import engine_command
 from kvinspect.gui.engine_link.engine_process import EngineClient, EngineExit
@@ -300,8 +301,6 @@ class SessionController(QtCore.QObject):
 
     @QtCore.Slot(object, object)
     def _on_line(self, obj: dict, raw: bytes) -> None:
-        from kvinspect.core.trace.messages import TRACE_KINDS
-
         kind = obj.get("type")
         if kind in TRACE_KINDS:
             self._trace_line(kind, obj, raw)
