@@ -14,7 +14,10 @@ from kvinspect.engine.compare_children import ModelArgs, parse_env, parse_envs, 
 
 
 def test_a_configuration_whose_engine_is_killed_fails_alone(tmp_path):
-    script = ChatScript(turns=["hello there", "second turn", "third"], settings=GenerationSettings(max_new_tokens=4))
+    # The engine runs a whole run on its own and its progress lines reach us some milliseconds late (its
+    # writer gathers lines; 4-token turns of 10 ms came two at once): turns of 96 tokens, 0.15-0.25 s each
+    # here, so the kill lands in turn 2, or in turn 3 on a loaded machine.
+    script = ChatScript(turns=["hello there", "second turn", "third"], settings=GenerationSettings(max_new_tokens=96))
     plan = ComparePlan(configs=parse_configs("dynamic,recreate"), script=script, repeat=2)
     pids: dict[str, list[int]] = {}
     killed: list[int] = []
@@ -24,7 +27,7 @@ def test_a_configuration_whose_engine_is_killed_fails_alone(tmp_path):
             pids[name].append(pid)
 
     def progress(done: int, total: int, message: str) -> None:
-        # recreate's first run, after its first turn: kill its engine mid-run (turns 2 and 3 never come).
+        # recreate's first run, after its first turn: kill its engine mid-run (the rest of the run never comes).
         if message.startswith("recreate r1 turn 1/") and not killed:
             killed.append(pids["recreate"][-1])
             os.kill(pids["recreate"][-1], signal.SIGKILL)
@@ -36,9 +39,12 @@ def test_a_configuration_whose_engine_is_killed_fails_alone(tmp_path):
     first, second = rec.runs
     assert first.status == "failed" and first.engine_exit["signal"] == signal.SIGKILL
     assert "killed by signal 9 (SIGKILL)" in first.engine_exit["message"]
-    # The turn that finished before the kill is kept from its trace; the one it died in is failed.
-    assert [t["status"] for t in first.turns] == ["ok", "failed"]
-    assert first.turns[1]["failure_kind"] == "engine-died"
+    # The turns that finished before the kill are kept from its trace; the one it died in is failed. On a
+    # loaded machine the kill can land a turn later than asked: turn 2 or 3, never after the run.
+    statuses = [t["status"] for t in first.turns]
+    assert statuses in (["ok", "failed"], ["ok", "ok", "failed"]), statuses
+    assert first.turns[-1]["failure_kind"] == "engine-died"
+    assert all("failure_kind" not in t or not t["failure_kind"] for t in first.turns[:-1])
     assert second.status == "ok" and len(second.turns) == 3
     assert len(pids["recreate"]) == 2 and killed[0] == pids["recreate"][0]  # a fresh engine for repeat 2
     assert rec.status == "ran"
