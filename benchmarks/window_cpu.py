@@ -15,6 +15,11 @@ Goals (window-CPU issue): window ≤ 0.02 cores streaming, ≤ 0.002 idle. Nothi
     .venv/bin/python benchmarks/window_cpu.py --model gemma3-270m --script resources/scripts/hybrid.json
     .venv/bin/python benchmarks/window_cpu.py --profile /tmp/window.prof   # cProfile of the window's GUI thread
 
+``--parts`` runs the window once with the GUI thread's CPU counted in its parts (the clock's paint, the
+plots' render and each lane, the plots' Qt paint, the transcript, the stream reads: ``_window_parts.py``)
+over the streaming span and prints cores, calls a second and ms a call of each; cProfile inflates a
+paint's many small calls, these counters do not.
+
 ``--profile`` runs the window under ``python -m cProfile`` with ``--exit-when-done`` (the streaming
 phase only: the profile is written when the window exits) and prints its top entries.
 """
@@ -161,6 +166,19 @@ def profile(script: Path, folder: Path, base_env: dict, args) -> None:
     print_profile(args.profile, args.top)
 
 
+def parts(script: Path, folder: Path, base_env: dict, args) -> None:
+    env = _env(base_env, folder)
+    env["PYTHONPATH"] = str(ROOT)
+    cmd = [sys.executable, str(Path(__file__).resolve().parent / "_window_parts.py"), "gui", "--model", args.model,
+           "--device", args.device, "--script", str(script), "--exit-when-done"]
+    p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
+    lines = p.stderr.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("parts:")), None)
+    if p.returncode != 0 or start is None:
+        raise SystemExit(f"the counted window failed ({p.returncode}): {p.stderr[-1500:]}")
+    print("\n".join(lines[start:]))
+
+
 def print_profile(path: str, top: int) -> None:
     import pstats
 
@@ -195,6 +213,7 @@ def main(argv=None) -> int:
     ap.add_argument("--display", default=None, help="use this X display instead of starting Xvfb")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--profile", default=None, help="write a cProfile of the window here and print its top")
+    ap.add_argument("--parts", action="store_true", help="count the GUI thread's CPU in the window's parts")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--baseline", default=None, help="another checkout (e.g. `git archive` of the commit before) "
                     "whose window runs interleaved with this one's, run by run")
@@ -208,6 +227,9 @@ def main(argv=None) -> int:
     with xvfb(args.display) as env:
         if args.profile:
             profile(script, tmp / "profile", env, args)
+            return 0
+        if args.parts:
+            parts(script, tmp / "parts", env, args)
             return 0
         print(f"window_cpu: {args.model} on {args.device}, script {script.name}, window on {env['DISPLAY']} (xcb), "
               f"{os.cpu_count()} cores, sampled every {SAMPLE_S} s")
