@@ -17,7 +17,8 @@ import time
 
 ACC: dict[str, float] = collections.defaultdict(float)
 CALLS: collections.Counter = collections.Counter()
-SPAN: dict[str, float] = {}
+START: dict[str, float] = {}  # the clocks at the first turn_start line
+END: dict = {}  # the clocks and the counters at the last turn line seen
 
 
 def _wrap(cls, name: str, key: str) -> None:
@@ -28,7 +29,7 @@ def _wrap(cls, name: str, key: str) -> None:
         try:
             return orig(self, *a, **k)
         finally:
-            if "t0" in SPAN:
+            if START:
                 ACC[key] += time.thread_time() - t
                 CALLS[key] += 1
 
@@ -60,27 +61,26 @@ def _install() -> None:
     feed = LiveTrace.feed_line
 
     def mark_span(self, kind, obj, raw):
-        if kind == "turn_start" and "t0" not in SPAN:
-            SPAN.update(t0=time.thread_time(), p0=time.process_time(), w0=time.monotonic())
-        elif kind == "turn" and "t0" in SPAN:
+        if kind == "turn_start" and not START:
+            START.update(t=time.thread_time(), p=time.process_time(), w=time.monotonic())
+        elif kind == "turn" and START:
             # Every turn line moves the span's end: the last one closes it (what follows is idle).
-            SPAN.update(end=dict(t1=time.thread_time(), p1=time.process_time(), w1=time.monotonic()),
-                        acc=dict(ACC), calls=dict(CALLS))
+            END.update(t=time.thread_time(), p=time.process_time(), w=time.monotonic(), acc=dict(ACC),
+                       calls=dict(CALLS))
         return feed(self, kind, obj, raw)
 
     LiveTrace.feed_line = mark_span
 
 
 def report() -> None:
-    if "end" not in SPAN:
+    if not END:
         print("parts: no turn finished", file=sys.stderr)
         return
-    end = SPAN["end"]
-    wall = end["w1"] - SPAN["w0"]
-    print(f"parts: {wall:.1f} s streaming; GUI thread {(end['t1'] - SPAN['t0']) / wall:.4f} cores, process "
-          f"{(end['p1'] - SPAN['p0']) / wall:.4f} cores", file=sys.stderr)
-    for key, v in sorted(SPAN["acc"].items(), key=lambda kv: -kv[1]):
-        n = SPAN["calls"][key]
+    wall = END["w"] - START["w"]
+    print(f"parts: {wall:.1f} s streaming; GUI thread {(END['t'] - START['t']) / wall:.4f} cores, process "
+          f"{(END['p'] - START['p']) / wall:.4f} cores", file=sys.stderr)
+    for key, v in sorted(END["acc"].items(), key=lambda kv: -kv[1]):
+        n = END["calls"][key]
         print(f"  {key:22s} {v / wall:.4f} cores  {n / wall:5.1f}/s  {1e3 * v / max(n, 1):5.2f} ms a call",
               file=sys.stderr)
 

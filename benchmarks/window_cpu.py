@@ -142,6 +142,11 @@ def run_once(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT
     return out
 
 
+def _done_when_finished(script: Path, args) -> list[str]:
+    """The window's arguments for a run that exits after the script's last turn (--profile, --parts)."""
+    return ["gui", "--model", args.model, "--device", args.device, "--script", str(script), "--exit-when-done"]
+
+
 def profile(script: Path, folder: Path, base_env: dict, args) -> None:
     env = _env(base_env, folder)
     # CPU time, not wall time: on a machine whose cores the engine keeps busy, a paint's wall time is
@@ -158,8 +163,7 @@ def profile(script: Path, folder: Path, base_env: dict, args) -> None:
               "    code = e.code\n"
               "pr.dump_stats(out)\n"
               "sys.exit(code)\n")
-    cmd = [sys.executable, "-c", runner, args.profile, "gui", "--model", args.model, "--device", args.device,
-           "--script", str(script), "--exit-when-done"]
+    cmd = [sys.executable, "-c", runner, args.profile, *_done_when_finished(script, args)]
     p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     if p.returncode != 0:
         raise SystemExit(f"the profiled window failed ({p.returncode}): {p.stderr[-1500:]}")
@@ -169,8 +173,7 @@ def profile(script: Path, folder: Path, base_env: dict, args) -> None:
 def parts(script: Path, folder: Path, base_env: dict, args) -> None:
     env = _env(base_env, folder)
     env["PYTHONPATH"] = str(ROOT)
-    cmd = [sys.executable, str(Path(__file__).resolve().parent / "_window_parts.py"), "gui", "--model", args.model,
-           "--device", args.device, "--script", str(script), "--exit-when-done"]
+    cmd = [sys.executable, str(Path(__file__).resolve().parent / "_window_parts.py"), *_done_when_finished(script, args)]
     p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     lines = p.stderr.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("parts:")), None)
