@@ -2,15 +2,24 @@
 
 Whatever marks the window dirty (a streamed line, a token, a followed trace that grew, a zoom) asks
 for one paint; the clock runs it no sooner than one interval after the previous paint, so the data
-rate never drives the paint rate. While a model streams the interval is :data:`LIVE_MS` (a plot
-that updates ten times a second reads as live, and SmolLM2 makes about 20 tokens a second), and a
+rate never drives the paint rate. While a model streams the interval is the live one, and a
 paint waits that long after the first mark too: a token's line and its step's block arrive up to one
-engine flush apart, and one paint shows both (a model slower than 10 tokens a second would otherwise
-be painted twice a token); during
-an interaction (hover, zoom, drag, resize) and for :data:`SETTLE_S` after it, :data:`INTERACTIVE_MS`,
-so the view follows the hand. When nothing is dirty no timer runs: an idle window wakes for nothing.
+engine flush apart, and one paint shows both (a model slower than the paint rate would otherwise be
+painted twice a token); during an interaction (hover, zoom, drag, resize) and for :data:`SETTLE_S`
+after it, :data:`INTERACTIVE_MS`, so the view follows the hand. When nothing is dirty no timer runs:
+an idle window wakes for nothing.
 
-``now`` is injectable so a test can stream a thousand steps in a few milliseconds and count paints.
+The live interval is the CPU a live frame costs over :data:`FRAME_BUDGET`, between :data:`LIVE_MS` (a
+plot that updates ten times a second reads as live) and :data:`SLOWEST_LIVE_MS`. The window's CPU is
+CPU the model does not get (on a laptop every percent is a percent of its speed): where a frame is
+cheap the view moves ten times a second; where it costs 5 ms beside a busy engine, three times. A
+frame's cost is the GUI thread's CPU in ``paint()`` plus what painters report outside it (Qt paints
+a view after the paint returns): ``painted`` returns their running total of CPU seconds.
+Only live frames feed the estimate: a zoom's or a turn end's full repaint says nothing of a streamed
+one.
+
+``now`` and ``cpu`` are injectable so a test can stream a thousand steps in a few milliseconds, give
+each frame the cost it wants, and count paints.
 """
 
 from __future__ import annotations
@@ -21,7 +30,10 @@ from collections.abc import Callable
 
 from PySide6 import QtCore
 
-LIVE_MS = 100  # while a generation streams: ~10 paints a second
+LIVE_MS = 100  # while a generation streams and frames are cheap: ~10 paints a second
+SLOWEST_LIVE_MS = 333  # however dear a frame, a live view still moves about three times a second
+FRAME_BUDGET = 0.01  # the cores live frames may take: a frame's CPU over this is the live interval
+FRAME_SMOOTHING = 0.3  # the weight of the newest frame's cost in the running estimate
 INTERACTIVE_MS = 16  # hover, zoom, drag, and anything asked for while nothing streams
 SETTLE_S = 0.5  # the interactive rate holds this long after the last interaction
 
@@ -29,10 +41,16 @@ SETTLE_S = 0.5  # the interactive rate holds this long after the last interactio
 class PaintClock(QtCore.QObject):
     """Calls ``paint()`` at most once per interval, and only after :meth:`mark` or :meth:`interact`."""
 
-    def __init__(self, paint: Callable[[], None], now: Callable[[], float] = time.monotonic, parent=None):
+    def __init__(self, paint: Callable[[], None], now: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] = time.thread_time, painted: Callable[[], float] | None = None,
+                 parent=None):
         super().__init__(parent)
         self._paint = paint
         self.now = now
+        self.cpu = cpu
+        self._painted = painted
+        self._painted_at: float | None = None  # the painters' total at the last paint
+        self.frame_cpu: float | None = None  # the running estimate of a live frame's CPU seconds
         self.streaming = False  # a generation (or a followed trace) is growing: the live rate
         self.paints = 0
         self.due: float | None = None  # when the pending paint runs (None: nothing pending)
@@ -51,9 +69,19 @@ class PaintClock(QtCore.QObject):
 
     def interval(self) -> float:
         """Seconds between two paints now."""
-        if self.streaming and self.now() >= self._fast_until:
-            return LIVE_MS / 1000
+        if self.live:
+            return self.live_interval()
         return INTERACTIVE_MS / 1000
+
+    @property
+    def live(self) -> bool:
+        """A generation streams and nobody is moving the view: the live rate."""
+        return self.streaming and self.now() >= self._fast_until
+
+    def live_interval(self) -> float:
+        """Seconds between two live paints: a frame's CPU over the budget, within the live bounds."""
+        want = (self.frame_cpu or 0.0) / FRAME_BUDGET
+        return min(SLOWEST_LIVE_MS / 1000, max(LIVE_MS / 1000, want))
 
     def mark(self) -> None:
         """Something changed: paint it at the current rate."""
@@ -74,7 +102,22 @@ class PaintClock(QtCore.QObject):
         self._dirty = False
         self._last = self.now()
         self.paints += 1
+        live = self.live
+        start = self.cpu()
         self._paint()
+        cost = self.cpu() - start + self._painted_since()
+        if live:  # an interaction's or a rest's frame (a full repaint, a zoom) says nothing of a live one
+            self.frame_cpu = cost if self.frame_cpu is None else (
+                FRAME_SMOOTHING * cost + (1 - FRAME_SMOOTHING) * self.frame_cpu)
+
+    def _painted_since(self) -> float:
+        """CPU the painters reported since the last paint: the Qt paint of the frame before (one frame late)."""
+        if self._painted is None:
+            return 0.0
+        total = self._painted()
+        spent = 0.0 if self._painted_at is None else total - self._painted_at
+        self._painted_at = total
+        return spent
 
     def stop(self) -> None:
         self._timer.stop()
@@ -84,7 +127,7 @@ class PaintClock(QtCore.QObject):
     def _schedule(self) -> None:
         now = self.now()
         interval = self.interval()
-        live = interval >= LIVE_MS / 1000
+        live = self.live
         due = max(now + interval if live else now, self._last + interval)
         if self.due is not None and self.due <= due:
             return  # already due as soon or sooner

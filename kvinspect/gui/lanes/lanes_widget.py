@@ -1,13 +1,15 @@
 """The live plot panel: heatmap, tokens and memory lanes on one shared step axis, plus overlays.
 
 ``render(record, step=None)`` is the only way data gets in; the main window's paint clock
-(:mod:`kvinspect.gui.base.paint_clock`) calls it about 10 times a second while a model streams, and
+(:mod:`kvinspect.gui.base.paint_clock`) calls it up to 10 times a second while a model streams, and
 at the interactive rate after :attr:`PlotsWidget.wantsPaint` (a zoom, a pan, a resize, new picks). It
 does nothing when neither the record's version, the visible range nor the size moved. Overlays (turn boundaries, event markers, window-reached regions, the cursor) are
 added with ``ignoreBounds`` so they never disturb auto-ranging.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pyqtgraph as pg
@@ -57,6 +59,15 @@ def draft_crops(turns, step: int | None = None) -> dict[int, int]:
 
 class PlotView(pg.GraphicsLayoutWidget):
     """The lanes' view (the model runs in another process: nothing waits for its paints)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.paint_cpu = 0.0  # the GUI thread's CPU seconds in this view's paints: the paint clock's frame cost
+
+    def paintEvent(self, ev) -> None:
+        start = time.thread_time()
+        super().paintEvent(ev)
+        self.paint_cpu += time.thread_time() - start
 
 
 class PlotsWidget(QtWidgets.QWidget):

@@ -4,7 +4,7 @@ Every panel renders from ``(record, step)``: the live session's record with ``st
 or a trace from a file (:mod:`kvinspect.gui.windows.trace_modes`: read-only, a replay slider sets ``step``; or a file
 another process is writing, followed live). The controller (decoding the engine's stream) or the
 follower's reader only appends to the record and marks the window dirty; the paint clock
-(:mod:`kvinspect.gui.base.paint_clock`) then paints at the rate a person sees: the plots about 10 times
+(:mod:`kvinspect.gui.base.paint_clock`) then paints at the rate a person sees: the plots up to 10 times
 a second while a model streams, the layer table, events, checklist and token view only when their
 content changes (a turn or event, a moved slider), a hidden panel when it is shown. With nothing
 dirty no timer runs. Every turn end, Stop and forced refresh paints every shown panel in full.
@@ -81,7 +81,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.setAcceptDrops(True)
         self.setDockOptions(QtWidgets.QMainWindow.DockOption.AnimatedDocks
                             | QtWidgets.QMainWindow.DockOption.AllowTabbedDocks)
-        self.clock = PaintClock(self._paint, parent=self)
+        self.clock = PaintClock(self._paint, painted=lambda: self.plots.view.paint_cpu, parent=self)
         self._build()
         self._connect()
         self._restore()

@@ -6,7 +6,7 @@ and the timer's firing is played by calling ``flush`` once the fake time reaches
 
 from __future__ import annotations
 
-from kvinspect.gui.base.paint_clock import INTERACTIVE_MS, LIVE_MS, SETTLE_S, PaintClock
+from kvinspect.gui.base.paint_clock import FRAME_BUDGET, INTERACTIVE_MS, LIVE_MS, SETTLE_S, SLOWEST_LIVE_MS, PaintClock
 
 
 class FakeTime:
@@ -105,3 +105,78 @@ def test_a_paint_that_marks_again_is_painted_once_more(qapp):
     time.t = clock.due
     clock.flush()
     assert len(calls) == 2 and clock.due is None and not clock.running
+
+
+class FakeCPU(FakeTime):
+    """The GUI thread's CPU clock: a paint advances it by what the frame is made to cost."""
+
+    def __init__(self):
+        super().__init__()
+        self.t = 3.0
+
+
+def _costly_clock(time: FakeTime, paint_s: float, qt_s: float = 0.0):
+    """A clock whose frames cost ``paint_s`` of CPU in its paint and ``qt_s`` in a view's paint after it."""
+    cpu, qt = FakeCPU(), [0.0]
+    painted: list[float] = []
+
+    def paint():
+        painted.append(time.t)
+        cpu.t += paint_s
+        qt[0] += qt_s  # Qt paints the view once the clock's paint has returned
+
+    clock = PaintClock(paint, now=time, cpu=cpu, painted=lambda: qt[0])
+    clock.streaming = True
+    return clock, painted
+
+
+def _live_gaps(painted: list[float], after: float) -> list[float]:
+    """The gaps between paints after ``after``, less the stream's final flush (a second after its end)."""
+    late = [t for t in painted[:-1] if t > after]
+    return [b - a for a, b in zip(late, late[1:])]
+
+
+def test_the_live_rate_spends_the_frame_budget_within_its_bounds(qapp):
+    # (CPU in the paint, CPU in the view's Qt paint) -> the live interval it settles at.
+    for paint_s, qt_s, want in ((0.0002, 0.0002, LIVE_MS / 1000),  # a fast machine: ten a second
+                                (0.0012, 0.0008, 0.002 / FRAME_BUDGET),  # 2 ms a frame: as many as the budget pays for
+                                (0.004, 0.003, SLOWEST_LIVE_MS / 1000)):  # dear frames: still about three a second
+        time = FakeTime()
+        clock, painted = _costly_clock(time, paint_s, qt_s)
+        _stream(clock, time, 20 * 10, 1 / 20)  # 10 s at 20 tokens a second
+        gaps = _live_gaps(painted, painted[0] + 3)  # the estimate settles over the first frames
+        assert gaps, (paint_s, qt_s)
+        assert min(gaps) >= want - 1e-6, (paint_s, qt_s, min(gaps))
+        assert max(gaps) <= want + 1 / 20 + 1e-6, (paint_s, qt_s, max(gaps))  # the next line after the due time
+        assert abs(clock.frame_cpu - (paint_s + qt_s)) < 1e-6
+
+
+def test_the_view_qt_paints_after_the_clock_count_in_a_frame(qapp):
+    time = FakeTime()
+    clock, painted = _costly_clock(time, 0.0, 0.004)  # all of a frame's CPU in the view's paint
+    _stream(clock, time, 200, 1 / 20)
+    assert clock.frame_cpu is not None and abs(clock.frame_cpu - 0.004) < 1e-6
+    assert min(_live_gaps(painted, painted[0] + 3)) >= SLOWEST_LIVE_MS / 1000 - 1e-6
+
+
+def test_dear_frames_do_not_slow_an_interaction(qapp):
+    time = FakeTime()
+    clock, painted = _costly_clock(time, 0.006)
+    _stream(clock, time, 100, 1 / 20)  # a streamed 5 s: the live rate is the slowest
+    estimate = clock.frame_cpu
+    painted.clear()
+    _stream(clock, time, 400, 0.005, on_step=lambda i: clock.interact())  # a 2 s drag
+    assert len(painted) >= 2 / (INTERACTIVE_MS / 1000) * 0.8  # the view still follows the hand
+    assert clock.frame_cpu == estimate  # a drag's frames are not live ones
+
+
+def test_a_rest_frame_does_not_feed_the_live_estimate(qapp):
+    time = FakeTime()
+    clock, painted = _costly_clock(time, 0.05)
+    clock.streaming = False  # a finished chat: a resize or a picked layer paints a full frame
+    clock.mark()
+    time.t = clock.due
+    clock.flush()
+    assert painted and clock.frame_cpu is None
+    clock.streaming = True
+    assert clock.live_interval() == LIVE_MS / 1000  # the next turn starts at ten a second
