@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _fetched import require_fetched  # noqa: E402
 from _xvfb import xvfb  # noqa: E402
 
 PROMPT = "Write a very long story about sliding windows, caches and a lighthouse keeper. Take your time."
@@ -124,6 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--display", default=None, help="use this X display instead of starting Xvfb")
     args = ap.parse_args(argv)
+    require_fetched(args.model)
     tmp = Path(tempfile.mkdtemp(prefix="kvinspect-heartbeat-"))
     os.environ.update(KVINSPECT_CONFIG_DIR=str(tmp / "config"), KVINSPECT_DATA_DIR=str(tmp / "data"),
                       KVINSPECT_EPHEMERAL="1", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _fetched import require_fetched  # noqa: E402
 from _xvfb import xvfb  # noqa: E402
 
 TURNS = ["Write a long story about a lighthouse keeper who finds a message in a bottle.",
@@ -221,6 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", default=None, help="another checkout (e.g. `git archive` of the commit before) "
                     "whose window runs interleaved with this one's, run by run")
     args = ap.parse_args(argv)
+    require_fetched(args.model)
     tmp = Path(tempfile.mkdtemp(prefix="kvinspect-window-cpu-"))
     if args.script:
         script = Path(args.script).resolve()

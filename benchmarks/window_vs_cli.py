@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _fetched import require_fetched  # noqa: E402
 from _xvfb import xvfb  # noqa: E402
 
 TURNS = ["Write a long story about a lighthouse keeper who finds a message in a bottle.",
@@ -96,11 +97,7 @@ def main(argv=None) -> int:
                     "(default: cores - 1, the engine's own choice)")
     ap.add_argument("--cli-threads", type=int, default=None, help="torch threads of kvinspect run (default: torch's)")
     args = ap.parse_args(argv)
-    if args.model == "smollm2":
-        from kvinspect.core.model.fetch import is_fetched
-
-        if not is_fetched("smollm2"):
-            raise SystemExit("SmolLM2 is not fetched: .venv/bin/kvinspect models fetch smollm2")
+    require_fetched(args.model)
     tmp = Path(tempfile.mkdtemp(prefix="kvinspect-window-vs-cli-"))
     script = tmp / "script.json"
     script.write_text(json.dumps({"turns": TURNS, "max_new_tokens": args.tokens, "do_sample": False, "seed": 0}))

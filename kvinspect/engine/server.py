@@ -37,8 +37,8 @@ from kvinspect.engine.stdio import LineWriter, read_lines, take_stdio
 
 log = logging.getLogger(__name__)
 
-#: Steps are sent this often while a turn runs: the window paints about 10 times a second while a model
-#: streams, and one block per paint is decoded once, not two half blocks.
+#: Steps are sent this often while a turn runs: the window paints at most 10 times a second while a model
+#: streams (3 where its frames are dear), so a paint decodes one block or a few, each once.
 FLUSH_EVERY_S = 0.1
 #: After stdin closes, a request loop that does not come back within this long is not waited for.
 EOF_GRACE_S = 5.0

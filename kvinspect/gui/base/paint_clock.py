@@ -3,9 +3,9 @@
 Whatever marks the window dirty (a streamed line, a token, a followed trace that grew, a zoom) asks
 for one paint; the clock runs it no sooner than one interval after the previous paint, so the data
 rate never drives the paint rate. While a model streams the interval is the live one, and a
-paint waits that long after the first mark too: a token's line and its step's block arrive up to one
-engine flush apart, and one paint shows both (a model slower than the paint rate would otherwise be
-painted twice a token); during an interaction (hover, zoom, drag, resize) and for :data:`SETTLE_S`
+paint waits :data:`LIVE_MS` after the first mark too: a token's line and its step's block arrive up to
+one engine flush apart, and one paint shows both (a model slower than the paint rate would otherwise
+be painted twice a token); during an interaction (hover, zoom, drag, resize) and for :data:`SETTLE_S`
 after it, :data:`INTERACTIVE_MS`, so the view follows the hand. When nothing is dirty no timer runs:
 an idle window wakes for nothing.
 
@@ -128,7 +128,9 @@ class PaintClock(QtCore.QObject):
         now = self.now()
         interval = self.interval()
         live = self.live
-        due = max(now + interval if live else now, self._last + interval)
+        # A live paint waits for its companions (a token and its step's block, one engine flush apart),
+        # not for a whole dear interval: the first token after a pause shows as soon as a cheap one would.
+        due = max(now + LIVE_MS / 1000 if live else now, self._last + interval)
         if self.due is not None and self.due <= due:
             return  # already due as soon or sooner
         self.due = due
