@@ -35,11 +35,14 @@ COMPARE_RUN = "compare_run"  # one run of one configuration (a parent process in
 SHUTDOWN = "shutdown"
 STOP = "stop"  # no id: the running turn stops after its current token
 CANCEL = "cancel"  # no id: a load/fetch at its next stage, a comparison at its next token
+PACE = "pace"  # no id: the window paints every `every_s` while a turn streams; the stream comes at that pace
+#: The slowest and fastest pace an engine takes (a pace outside is brought inside).
+PACE_RANGE_S = (0.02, 1.0)
 
 #: Requests queued for the engine's request loop (one at a time, in order).
 REQUESTS = frozenset({LOAD, FETCH, TURN, CONFIGURE, NEW_CHAT, CHECK, COMPARE, COMPARE_SETUP, COMPARE_RUN, SHUTDOWN})
 #: Handled the moment they arrive, even while a request runs.
-SIGNALS = frozenset({STOP, CANCEL})
+SIGNALS = frozenset({STOP, CANCEL, PACE})
 
 # -- engine -> window (live lines; the trace lines are those of the trace file) -------------------
 HEARTBEAT = "heartbeat"
@@ -200,6 +203,11 @@ def _number(v, path):
         raise _Bad(path, "a number", v)
 
 
+def _seconds(v, path):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+        raise _Bad(path, "a positive number of seconds", v)
+
+
 def _bool(v, path):
     if not isinstance(v, bool):
         raise _Bad(path, "true or false", v)
@@ -283,6 +291,7 @@ def _request_schemas() -> dict:
         TURN: _obj({"text": text, "images": _opt(_list(_str(MAX_PATH_CHARS), 64)), **configure}, required=("text",)),
         CONFIGURE: _obj(configure),
         NEW_CHAT: _obj({}), SHUTDOWN: _obj({}), STOP: _obj({}), CANCEL: _obj({}),
+        PACE: _obj({"every_s": _seconds}, required=("every_s",)),
         CHECK: _obj({"names": _list(_str(MAX_NAME_CHARS), 1000)}, required=("names",)),
         COMPARE: _obj({"plan": plan, "out_dir": _str(MAX_PATH_CHARS),
                        "envs": _opt(_list(_obj({"name": _str(MAX_NAME_CHARS), "python": path, "host": name},

@@ -37,8 +37,9 @@ from kvinspect.engine.stdio import LineWriter, read_lines, take_stdio
 
 log = logging.getLogger(__name__)
 
-#: Steps are sent this often while a turn runs: the window paints at most 10 times a second while a model
-#: streams (3 where its frames are dear), so a paint decodes one block or a few, each once.
+#: Steps are sent this often while a turn runs, until the window says its pace: the window paints at
+#: most 10 times a second while a model streams (3 where its frames are dear), and one block per paint
+#: is decoded once, not two half blocks.
 FLUSH_EVERY_S = 0.1
 #: After stdin closes, a request loop that does not come back within this long is not waited for.
 EOF_GRACE_S = 5.0
@@ -79,13 +80,14 @@ class Engine:
         self.loaded = None
         self.busy = ""
         self.local = True
+        self.pace_s = FLUSH_EVERY_S  # step blocks (and the writer's batches) this often; the window's `pace`
         self._t0 = time.monotonic()
         self._done = threading.Event()
 
     # -- lifetime -------------------------------------------------------------------------------------
     def serve(self) -> int:
         self.out.send(P.engine_hello(__version__, pid=os.getpid(), host=socket.gethostname(),
-                                     python=platform.python_version(), executable=sys.executable))
+                                     python=platform.python_version(), executable=sys.executable, paced=True))
         threading.Thread(target=self._read_loop, name="kvinspect-engine-reader", daemon=True).start()
         threading.Thread(target=self._heartbeat_loop, name="kvinspect-engine-heartbeat", daemon=True).start()
         try:
@@ -197,6 +199,8 @@ class Engine:
             return
         if kind == P.STOP:
             self.stop.set()
+        elif kind == P.PACE:
+            self._pace(float(obj["every_s"]))
         elif kind == P.CANCEL:
             self.cancel.set()
         elif kind == P.SHUTDOWN:
@@ -208,6 +212,16 @@ class Engine:
             self.stop.clear()
             self.cancel.clear()
             self.requests.put(obj)
+
+    def _pace(self, every_s: float) -> None:
+        """The window paints every ``every_s`` while a turn streams: step blocks and lazy lines (tokens) go
+        out at that pace, so each of its paints reads and decodes one batch (docs/engine-protocol.md)."""
+        lo, hi = P.PACE_RANGE_S
+        self.pace_s = min(hi, max(lo, every_s))
+        self.out.batch_s = self.pace_s
+        session = self.session
+        if session is not None:
+            session.pipeline.flush_every_s = self.pace_s
 
     def _refuse(self, rid, task: str, message: str) -> None:
         self.out.send({"type": P.ERROR, "id": rid, "task": task, "message": message})
@@ -279,7 +293,7 @@ class Engine:
 
         # No trace file here: the stream (header first, tokens, step blocks, turns, events, end) is the
         # one sink, and the writer thread puts it on stdout. The window writes the autosave.
-        return ChatSession(loaded, opts, sinks=[self.out.send], command=command, flush_every_s=FLUSH_EVERY_S)
+        return ChatSession(loaded, opts, sinks=[self.out.send], command=command, flush_every_s=self.pace_s)
 
     def _close_session(self) -> None:
         s, self.session = self.session, None

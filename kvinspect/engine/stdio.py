@@ -10,7 +10,8 @@ request loop) only put messages on a queue and never block on the pipe. One writ
 the queue, coalesces what piled up (consecutive tokens of a turn into one line, consecutive step
 blocks into one block, heartbeats into the latest) and writes the batch in a single ``write``:
 tokens and step blocks wait up to ``batch_s`` to be batched (and ``gather_s`` at least, so that a step's
-block and its token go out together), replies and trace lines go out at once. A heartbeat is not
+block and its token go out together), replies and trace lines go out at once, with whatever waited
+before them. ``batch_s`` is the window's paint interval once it says it (the ``pace`` signal). A heartbeat is not
 written while other lines stream: any line shows the engine alive.
 A window that falls behind therefore makes batches bigger; it never slows the model down.
 """
@@ -146,6 +147,21 @@ class LineWriter:
             if self.on_broken is not None:
                 self.on_broken()
 
+    def _gather(self, batch: list, until: float) -> bool:
+        """Add what arrives before ``until`` to ``batch``; a line that may not wait (a reply, a turn's
+        line) ends the wait at once and goes out with the lazy ones before it. True: the writer closes."""
+        while (left := until - time.monotonic()) > 0:
+            try:
+                nxt = self.q.get(timeout=left)
+            except queue.Empty:
+                break
+            if nxt is _CLOSE:
+                return True
+            batch.append(nxt)
+            if _kind(nxt) not in LAZY:
+                break
+        return False
+
     def _serve(self) -> None:
         closing = False
         while not closing:
@@ -153,6 +169,7 @@ class LineWriter:
             if item is _CLOSE:
                 break
             kind = _kind(item)
+            wait = 0.0
             if kind in LAZY:
                 # A lazy line waits a little for its companions (a step's block and its token are
                 # sent a millisecond or so apart): one write, so one read and one paint in the window.
@@ -160,10 +177,10 @@ class LineWriter:
                 wait = max(self._last_write + self.batch_s, now + self.gather_s) - now
                 if kind == "heartbeat" and now - self._last_write < self.quiet_s:
                     wait = 0.0  # (a heartbeat alone after a recent line says nothing new: see below)
-                if wait > 0:
-                    time.sleep(wait)
             batch = [item]
-            while True:
+            if wait > 0:
+                closing = self._gather(batch, time.monotonic() + wait)
+            while not closing:
                 try:
                     nxt = self.q.get_nowait()
                 except queue.Empty:

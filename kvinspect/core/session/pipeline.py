@@ -122,7 +122,7 @@ class TurnPipeline:
         self._pending: list[StepSample] = []  # forwards not yet in the record (it takes them in blocks)
         self._prev_ids: tuple[int, list[int]] | None = None  # the last turn's prompt + generated ids
         self._known_pieces: set[int] = set()
-        self._flush_every = flush_every_s
+        self.flush_every_s = flush_every_s
         self._flush_at = time.perf_counter() + flush_every_s
 
     # -- during a turn ------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ class TurnPipeline:
         self.probe.check_devices()
         self.memory.expire()
         # The turn's first block after one interval, not at its first forward (the clock ran on between turns).
-        self._flush_at = time.perf_counter() + self._flush_every
+        self._flush_at = time.perf_counter() + self.flush_every_s
         if self.owns_peak:
             self.memory.reset_peak()
         self.stream.turn_started(turn)
@@ -174,7 +174,7 @@ class TurnPipeline:
     def flush(self) -> None:
         self.commit()
         self.stream.flush_steps()
-        self._flush_at = time.perf_counter() + self._flush_every
+        self._flush_at = time.perf_counter() + self.flush_every_s
 
     # -- the end of a turn ----------------------------------------------------------------------------
     def finish(self, turn: TurnRecord, ctx: TurnContext, *, new_ids: list[int], snapshot: Any,

@@ -17,6 +17,8 @@ frame's cost is the GUI thread's CPU in ``paint()`` plus what painters report ou
 a view after the paint returns): ``painted`` returns their running total of CPU seconds.
 Only live frames feed the estimate: a zoom's or a turn end's full repaint says nothing of a streamed
 one.
+After each live frame ``paced`` is told the live interval: the window passes it to its engine, whose
+stream then comes at that pace (one read and one step block a paint).
 
 ``now`` and ``cpu`` are injectable so a test can stream a thousand steps in a few milliseconds, give
 each frame the cost it wants, and count paints.
@@ -43,12 +45,13 @@ class PaintClock(QtCore.QObject):
 
     def __init__(self, paint: Callable[[], None], now: Callable[[], float] = time.monotonic,
                  cpu: Callable[[], float] = time.thread_time, painted: Callable[[], float] | None = None,
-                 parent=None):
+                 paced: Callable[[float], None] | None = None, parent=None):
         super().__init__(parent)
         self._paint = paint
         self.now = now
         self.cpu = cpu
         self._painted = painted
+        self._paced = paced  # told the live interval after each live frame (the window tells its engine)
         self._painted_at: float | None = None  # the painters' total at the last paint
         self.frame_cpu: float | None = None  # the running estimate of a live frame's CPU seconds
         self.streaming = False  # a generation (or a followed trace) is growing: the live rate
@@ -109,6 +112,8 @@ class PaintClock(QtCore.QObject):
         if live:  # an interaction's or a rest's frame (a full repaint, a zoom) says nothing of a live one
             self.frame_cpu = cost if self.frame_cpu is None else (
                 FRAME_SMOOTHING * cost + (1 - FRAME_SMOOTHING) * self.frame_cpu)
+            if self._paced is not None:
+                self._paced(self.live_interval())
 
     def _painted_since(self) -> float:
         """CPU the painters reported since the last paint: the Qt paint of the frame before (one frame late)."""

@@ -24,6 +24,7 @@ with the exit status or signal, and :meth:`restart` reloads the model in a new e
 from __future__ import annotations
 
 import logging
+import math
 
 from PySide6 import QtCore
 
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 STOP_KILL_S = 10.0
 #: After a Cancel of a load or fetch, an engine still busy after this long is killed (the hard cancel).
 CANCEL_GRACE_S = 3.0
+#: The window's paint interval goes to the engine in steps this long (floored): a pace moves by a step.
+PACE_STEP_S = 0.05
 
 
 class SessionController(QtCore.QObject):
@@ -74,6 +77,7 @@ class SessionController(QtCore.QObject):
         self.engine_cmd = list(engine_cmd) if engine_cmd else None  # None: engine_command() (this machine)
         self._local_cmd = self.engine_cmd  # what "this machine" means for use_engine()
         self.client: EngineClient | None = None
+        self._paced: float | None = None  # the pace the engine was last told (docs/engine-protocol.md)
         self.busy = ""  # "", "load", "fetch", "turn", "new_chat", "check", "compare"
         self.info: ModelInfo | None = None
         self.dead: str | None = None  # how the engine died, until a new one has loaded a model
@@ -112,6 +116,7 @@ class SessionController(QtCore.QObject):
         c.unresponsive.connect(lambda s: self.engineState.emit("unresponsive"))
         c.responsive.connect(lambda: self.engineState.emit("ready"))
         self.client = c
+        self._paced = None  # a new engine has not been told a pace
         self.engineState.emit("starting")
         c.start()
 
@@ -241,6 +246,18 @@ class SessionController(QtCore.QObject):
             self._stop_timer.start(int(STOP_KILL_S * 1000))
         else:
             self._hard_stop("a second Stop killed the engine")
+
+    def pace(self, every_s: float) -> None:
+        """The window paints every ``every_s`` while a turn streams: the engine's step blocks and tokens come
+        at that pace, one read and one block per paint. Sent when it moves by a step, and only to an engine
+        whose hello says it takes it (``paced``)."""
+        c = self.client
+        if c is None or not (c.hello or {}).get("paced"):
+            return
+        step = round(max(1, math.floor(every_s / PACE_STEP_S + 1e-9)) * PACE_STEP_S, 3)
+        if step != self._paced:
+            self._paced = step
+            c.send({"type": P.PACE, "every_s": step})
 
     def _hard_stop(self, why: str) -> None:
         if self.busy == "turn" and self.client is not None:

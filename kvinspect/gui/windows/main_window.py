@@ -81,7 +81,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.setAcceptDrops(True)
         self.setDockOptions(QtWidgets.QMainWindow.DockOption.AnimatedDocks
                             | QtWidgets.QMainWindow.DockOption.AllowTabbedDocks)
-        self.clock = PaintClock(self._paint, painted=lambda: self.plots.view.paint_cpu, parent=self)
+        self.clock = PaintClock(self._paint, painted=lambda: self.plots.view.paint_cpu, paced=self._pace_engine,
+                                parent=self)
         self._build()
         self._connect()
         self._restore()
@@ -657,6 +658,11 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
             return None
         with r.lock:
             return id(r), s, len(r.events), tuple(t.status for t in r.turns)
+
+    def _pace_engine(self, every_s: float) -> None:
+        """A live frame was painted: the engine's stream comes at the window's paint rate."""
+        if self.controller.busy == "turn":
+            self.controller.pace(every_s)
 
     def _paint(self) -> None:
         """The paint clock's paint: tokens in one batch, the plots, and the panels whose content moved."""

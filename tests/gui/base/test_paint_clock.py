@@ -190,3 +190,18 @@ def test_after_a_pause_the_next_token_waits_only_for_its_step_block(qapp):
     time.t += 5.0  # the user reads, then sends the next message: its first token
     clock.mark()
     assert abs(clock.due - time.t - LIVE_MS / 1000) < 1e-9
+
+
+def test_each_live_frame_tells_the_live_interval_and_an_interactions_do_not(qapp):
+    time, cpu, told = FakeTime(), FakeCPU(), []
+
+    def paint():
+        cpu.t += 0.0015
+
+    clock = PaintClock(paint, now=time, cpu=cpu, paced=told.append)
+    clock.streaming = True
+    _stream(clock, time, 100, 1 / 20)
+    live = clock.paints
+    assert len(told) == live and all(abs(x - 0.0015 / FRAME_BUDGET) < 1e-9 for x in told)
+    _stream(clock, time, 100, 0.005, on_step=lambda i: clock.interact())  # a drag: its frames are not live
+    assert clock.paints > live + 20 and len(told) == live + 1  # (the drag's last flush, a second later, is)
