@@ -3,8 +3,10 @@
 Starts the real window (``kvinspect gui --model M --script S --screenshot P``: the chat typed into
 it as a user would, 2 turns × 200 new tokens of SmolLM2 by default) on a private Xvfb and samples
 the CPU times of the window's process, its engine (the window's child) and the X server with psutil
-every 0.2 s. A sample counts as *streaming* when the autosave trace grew during it (the engine is
-sending steps); after the script's screenshot (the last turn done) the window is left alone for
+every 0.2 s. A sample counts as *streaming* when the engine used at least half a core during it and
+the autosave trace grew within the last second (the engine generates and its stream reaches the
+window; a paced engine sends a batch every paint, up to a third of a second apart, so a sample
+without growth is streaming too; a model's load, busy but writing nothing, is not); after the script's screenshot (the last turn done) the window is left alone for
 ``--idle`` seconds: the *idle* figure. Reported: mean cores (1.0 = one core busy) of each process in
 both phases, the load average, and each turn's decode rate from the autosave.
 
@@ -48,6 +50,8 @@ from _xvfb import xvfb  # noqa: E402
 TURNS = ["Write a long story about a lighthouse keeper who finds a message in a bottle.",
          "Continue the story: what does the keeper do next? Tell it in detail."]
 SAMPLE_S = 0.2
+BUSY_ENGINE = 0.5  # cores: the engine generates
+GREW_WITHIN_S = 1.0  # the autosave grew this recently: its stream reaches the window
 STARTUP_AND_SHUTDOWN = ("<module>", "exec", "create", "<built-in method builtins.__import__>", "_shoot",
                         "<built-in method exit>", "<method 'waitForFinished' of 'PySide6.QtCore.QProcess' objects>")
 
@@ -95,6 +99,7 @@ def run_once(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT
     engine = None
     last = None
     idle_until = None
+    grew_at = -float("inf")  # when the autosave last grew
     deadline = time.monotonic() + args.timeout
     try:
         while time.monotonic() < deadline:
@@ -105,12 +110,14 @@ def run_once(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT
                 engine = kids[0] if kids else None
             now = time.monotonic()
             cur = (now, _cpu(wp), _cpu(engine), _cpu(xp), _trace_size(folder))
+            if last is not None and cur[4] > last[4]:
+                grew_at = now
             if last is not None and engine is not None and last[2] > 0:
                 dt = cur[0] - last[0]
                 row = tuple((cur[i] - last[i]) / dt for i in (1, 2, 3))
                 if idle_until is not None:
                     phases["idle"].append(row)
-                elif cur[4] > last[4]:
+                elif row[1] >= BUSY_ENGINE and cur[0] - grew_at <= GREW_WITHIN_S:
                     phases["streaming"].append(row)
             last = cur
             if idle_until is None and shot.exists():
