@@ -1,4 +1,5 @@
-"""Byte units, said one way everywhere: tables, tooltips, reports, plot axes (binary units, ``KiB``…).
+"""Byte units and counts, said one way everywhere: tables, tooltips, reports, plot axes (binary units,
+``KiB``…; ``1 turn``, ``2 turns``).
 
 Qt-free: the window's axes and the report figures take their unit from :func:`byte_scale`, every
 text from :func:`fmt_bytes`.
@@ -30,3 +31,12 @@ def fmt_bytes(n: int | float | None) -> str:
         return "0 B"
     div, unit = byte_scale(n)
     return f"{float(n):.0f} B" if unit == "B" else f"{float(n) / div:.1f} {unit}"
+
+
+def fmt_count(n: int, noun: str) -> str:
+    """``1 turn``, ``2 turns``, ``1,024 steps``: the count with thousands separators, the noun in -s for any but one.
+
+    >>> fmt_count(1, "turn"), fmt_count(1_024, "step")
+    ('1 turn', '1,024 steps')
+    """
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -24,6 +24,7 @@ import logging
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from kvinspect.core.settings import Settings, load_settings, save_settings
+from kvinspect.core.units import fmt_count
 from kvinspect.gui.base import gui_thread_gc
 from kvinspect.gui.base import theme as th
 from kvinspect.gui.base.errors_and_logs import ErrorReporter
@@ -649,7 +650,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
 
     def _show_steps(self, r) -> None:
         """The status bar's step count (``StatusText``: it repaints itself, and only widens)."""
-        self.steps_label.setText(f"{r.n_steps:,} steps · {len(r.turns)} turns")
+        self.steps_label.setText(f"{fmt_count(r.n_steps, 'step')} · {fmt_count(len(r.turns), 'turn')}")
 
     @staticmethod
     def _content_key(r, s):

@@ -21,6 +21,7 @@ from PySide6 import QtCore
 
 from kvinspect.core.trace.follow import FollowSource, FollowStatus, check_follow_target
 from kvinspect.core.trace.tracefile import read_trace, trace_path
+from kvinspect.core.units import fmt_count
 from kvinspect.gui.base.background_jobs import BackgroundTask
 from kvinspect.gui.engine_link.trace_follower import TraceFollower
 from kvinspect.gui.panels.viewer_bar import ViewerBar
@@ -294,7 +295,7 @@ class TraceViewer(QtCore.QObject):
         rec = self.record
         counts = ""
         if rec is not None:
-            counts = f" · {rec.n_steps:,} steps · {len(rec.turns)} turns"
+            counts = f" · {fmt_count(rec.n_steps, 'step')} · {fmt_count(len(rec.turns), 'turn')}"
         if self.mode == "follow":
             if rec is None:
                 where = self.path or self.target
