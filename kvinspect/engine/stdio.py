@@ -9,10 +9,10 @@ The protocol descriptors are not inherited by child processes (``pip download``,
 request loop) only put messages on a queue and never block on the pipe. One writer thread drains
 the queue, coalesces what piled up (consecutive tokens of a turn into one line, consecutive step
 blocks into one block, heartbeats into the latest) and writes the batch in a single ``write``:
-tokens and step blocks wait up to ``batch_s`` to be batched (and ``gather_s`` at least, so that a step's
-block and its token go out together), replies and trace lines go out at once, with whatever waited
-before them. ``batch_s`` is the window's paint interval once it says it (the ``pace`` signal). A heartbeat is not
-written while other lines stream: any line shows the engine alive.
+tokens and step blocks wait up to ``batch_s`` to be batched (and ``gather_s`` at least, so that a
+step's block and its token go out together), replies and trace lines go out at once, with whatever
+waited before them. ``batch_s`` is the window's paint interval once it says it (the ``pace``
+signal). A heartbeat is not written while other lines stream: any line shows the engine alive.
 A window that falls behind therefore makes batches bigger; it never slows the model down.
 """
 

@@ -14,9 +14,8 @@ plot that updates ten times a second reads as live) and :data:`SLOWEST_LIVE_MS`.
 CPU the model does not get (on a laptop every percent is a percent of its speed): where a frame is
 cheap the view moves ten times a second; where it costs 5 ms beside a busy engine, three times. A
 frame's cost is the GUI thread's CPU in ``paint()`` plus what painters report outside it (Qt paints
-a view after the paint returns): ``painted`` returns their running total of CPU seconds.
-Only live frames feed the estimate: a zoom's or a turn end's full repaint says nothing of a streamed
-one.
+a view after the paint returns): ``painted`` returns their running total of CPU seconds. Only live
+frames feed the estimate: a zoom's or a turn end's full repaint says nothing of a streamed one.
 After each live frame ``paced`` is told the live interval: the window passes it to its engine, whose
 stream then comes at that pace (one read and one step block a paint).
 
