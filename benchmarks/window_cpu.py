@@ -4,9 +4,10 @@ Starts the real window (``kvinspect gui --model M --script S --screenshot P``: t
 it as a user would, 2 turns × 200 new tokens of SmolLM2 by default) on a private Xvfb and samples
 the CPU times of the window's process, its engine (the window's child) and the X server with psutil
 every 0.2 s. A sample counts as *streaming* when the engine used at least half a core during it and
-the autosave trace grew within the last second (the engine generates and its stream reaches the
-window; a paced engine sends a batch every paint, up to a third of a second apart, so a sample
-without growth is streaming too; a model's load, busy but writing nothing, is not); after the script's screenshot (the last turn done) the window is left alone for
+the autosave trace grew within the last second: the engine generates and its stream reaches the
+window (a paced engine sends a batch a paint, up to a third of a second apart, so a sample without
+growth is streaming too; a model's load, busy but writing nothing, is not). After the script's
+screenshot (the last turn done) the window is left alone for
 ``--idle`` seconds: the *idle* figure. Reported: mean cores (1.0 = one core busy) of each process in
 both phases, the load average, and each turn's decode rate from the autosave.
 
