@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtTest, QtWidgets
 
 from kvinspect.gui.base.status_text import StatusText
 
@@ -34,15 +34,18 @@ def _window(qtbot, label):
 
 
 def _settle(app) -> None:
-    """Run the event loop until a round paints and lays out nothing (a late expose of the window, or
-    what earlier calls posted, is not counted)."""
-    for _ in range(50):
-        quiet = _Events()
-        app.installEventFilter(quiet)
+    """Run the event loop until it has painted and laid out nothing for 50 ms: the window's first
+    exposure, and what earlier calls posted, come a frame or more later and are not counted."""
+    quiet = 0
+    for _ in range(200):
+        events = _Events()
+        app.installEventFilter(events)
         app.sendPostedEvents()
         app.processEvents()
-        app.removeEventFilter(quiet)
-        if not quiet.seen:
+        QtTest.QTest.qWait(10)
+        app.removeEventFilter(events)
+        quiet = 0 if events.seen else quiet + 1
+        if quiet >= 5:
             return
 
 
@@ -50,10 +53,18 @@ def _count(app, label, texts):
     _settle(app)
     events = _Events()
     app.installEventFilter(events)
+    key = (type(label).__name__, "Paint")
     for t in texts:
+        before = events.seen[key]
         label.setText(t)
-        app.sendPostedEvents()
-        app.processEvents()
+        # Qt delivers a window's repaint at its next frame (requestUpdate, up to a screen refresh later):
+        # wait for the label's paint so that each text is painted, not a fast loop's last one only.
+        for _ in range(200):
+            app.sendPostedEvents()
+            app.processEvents()
+            if events.seen[key] > before:
+                break
+            QtTest.QTest.qWait(1)
     app.removeEventFilter(events)
     return events.seen
 
@@ -65,7 +76,7 @@ def test_a_new_text_of_no_greater_width_repaints_the_text_only(qtbot):
     label.setText("1,000 steps · 2 turns")
     app.processEvents()
     seen = _count(app, label, [f"{n:,} steps · 2 turns" for n in range(1_001, 1_041)])
-    assert seen[("StatusText", "Paint")] >= 40
+    assert seen[("StatusText", "Paint")] >= 40, seen
     assert not [k for k in seen if k[1] == "LayoutRequest"], seen
     assert seen[("QMainWindow", "Paint")] == 0 and seen[("QStatusBar", "Paint")] == 0, seen
     # A QLabel in its place lays the status bar and the window out at every text (what this replaces).
