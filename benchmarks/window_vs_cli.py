@@ -8,7 +8,7 @@ are each turn's own, as the trace records them (``tokens_per_s``: decode rate af
 ``ttft_s``: prompt to first token), read from the window's autosave and from run's summary.json.
 Reported: every pair's medians, the medians over pairs, and window/CLI ratios measured pair by pair.
 
-Goals (engine-process issue): window/CLI decode ≥ 0.98, TTFT ≤ 1.05×. Timings are the machine's,
+Goals (the current ones, window-CPU issue): window/CLI decode ≥ 0.97, TTFT ≤ 1.05×. Timings are the machine's,
 not assertions::
 
     .venv/bin/python benchmarks/window_vs_cli.py                     # 3 interleaved pairs, SmolLM2
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     ttft_ratio = statistics.median(r[2] / r[3] for r in rows)
     print(f"  medians: decode window {med[0]:.1f} tok/s, cli {med[1]:.1f} tok/s; TTFT window {med[2] * 1000:.0f} ms, "
           f"cli {med[3] * 1000:.0f} ms")
-    print(f"  window/cli (median of pairs): decode {dec_ratio:.2f}× (goal ≥ 0.98: {'met' if dec_ratio >= 0.98 else 'NOT met'}),"
+    print(f"  window/cli (median of pairs): decode {dec_ratio:.2f}× (goal ≥ 0.97: {'met' if dec_ratio >= 0.97 else 'NOT met'}),"
           f" TTFT {ttft_ratio:.2f}× (goal ≤ 1.05: {'met' if ttft_ratio <= 1.05 else 'NOT met'})")
     print(f"  ranges over pairs: decode ratio {min(r[0] / r[1] for r in rows):.2f}–{max(r[0] / r[1] for r in rows):.2f}, "
           f"TTFT ratio {min(r[2] / r[3] for r in rows):.2f}–{max(r[2] / r[3] for r in rows):.2f}")
