@@ -69,12 +69,6 @@ class PaintClock(QtCore.QObject):
         """A timer is waiting to paint (False: the window is idle)."""
         return self._timer.isActive()
 
-    def interval(self) -> float:
-        """Seconds between two paints now."""
-        if self.live:
-            return self.live_interval()
-        return INTERACTIVE_MS / 1000
-
     @property
     def live(self) -> bool:
         """A generation streams and nobody is moving the view: the live rate."""
@@ -130,8 +124,8 @@ class PaintClock(QtCore.QObject):
 
     def _schedule(self) -> None:
         now = self.now()
-        interval = self.interval()
         live = self.live
+        interval = self.live_interval() if live else INTERACTIVE_MS / 1000
         # A live paint waits for its companions (a token and its step's block, one engine flush apart),
         # not for a whole dear interval: the first token after a pause shows as soon as a cheap one would.
         due = max(now + LIVE_MS / 1000 if live else now, self._last + interval)
