@@ -5,12 +5,19 @@ first ``turn_start`` line of the stream to the last ``turn`` line. cProfile infl
 calls of a paint; these counters cost one clock read a call. At exit, the window's GUI thread and
 process CPU over that span and each part's cores, calls a second and ms a call are printed to stderr
 (parts nest: ``plots.render`` is inside ``clock paint``). Measurement only: nothing here ships.
+
+With ``KVINSPECT_PARTS_EVENTS=1`` the application's ``notify`` is wrapped too, and the GUI thread's CPU
+over the span is also split by the Qt event being delivered (its type and receiver's class, time
+exclusive of nested deliveries): what Qt does outside the counted Python parts (painting plain
+widgets, composing and flushing the window to the X server, timers, socket reads). A Python
+``notify`` on every event costs a few microseconds each, so this figure runs a little high.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import os
 import runpy
 import sys
 import time
@@ -19,6 +26,7 @@ ACC: dict[str, float] = collections.defaultdict(float)
 CALLS: collections.Counter = collections.Counter()
 START: dict[str, float] = {}  # the clocks at the first turn_start line
 END: dict = {}  # the clocks and the counters at the last turn line seen
+EVENTS_SHOWN = 20
 
 
 def _wrap(cls, name: str, key: str) -> None:
@@ -34,6 +42,35 @@ def _wrap(cls, name: str, key: str) -> None:
                 CALLS[key] += 1
 
     setattr(cls, name, wrapped)
+
+
+def _count_events() -> None:
+    from PySide6 import QtWidgets
+
+    names = {}
+    stack: list[float] = []  # the CPU of the deliveries nested in each open one
+
+    class CountingApp(QtWidgets.QApplication):
+        def notify(self, receiver, event):
+            t = time.thread_time()
+            stack.append(0.0)
+            try:
+                return super().notify(receiver, event)
+            finally:
+                spent = time.thread_time() - t
+                inner = stack.pop()
+                if stack:
+                    stack[-1] += spent
+                if START:
+                    et = event.type()
+                    name = names.get(et)
+                    if name is None:
+                        name = names[et] = getattr(et, "name", str(et))
+                    key = f"event {name} → {type(receiver).__name__}"
+                    ACC[key] += spent - inner
+                    CALLS[key] += 1
+
+    QtWidgets.QApplication = CountingApp  # looked up when the window makes its application
 
 
 def _install() -> None:
@@ -79,7 +116,11 @@ def report() -> None:
     wall = END["w"] - START["w"]
     print(f"parts: {wall:.1f} s streaming; GUI thread {(END['t'] - START['t']) / wall:.4f} cores, process "
           f"{(END['p'] - START['p']) / wall:.4f} cores", file=sys.stderr)
-    for key, v in sorted(END["acc"].items(), key=lambda kv: -kv[1]):
+    rows = sorted(END["acc"].items(), key=lambda kv: -kv[1])
+    events = [kv for kv in rows if kv[0].startswith("event ")]
+    if events:
+        print(f"  events (exclusive; all of them {sum(v for _, v in events) / wall:.4f} cores):", file=sys.stderr)
+    for key, v in [kv for kv in rows if not kv[0].startswith("event ")] + events[:EVENTS_SHOWN]:
         n = END["calls"][key]
         print(f"  {key:22s} {v / wall:.4f} cores  {n / wall:5.1f}/s  {1e3 * v / max(n, 1):5.2f} ms a call",
               file=sys.stderr)
@@ -87,6 +128,8 @@ def report() -> None:
 
 if __name__ == "__main__":
     sys.argv = ["kvinspect", *sys.argv[1:]]
+    if os.environ.get("KVINSPECT_PARTS_EVENTS") == "1":
+        _count_events()
     _install()
     atexit.register(report)
     runpy.run_module("kvinspect", run_name="__main__", alter_sys=True)

@@ -3,11 +3,12 @@
 Starts the real window (``kvinspect gui --model M --script S --screenshot P``: the chat typed into
 it as a user would, 2 turns × 200 new tokens of SmolLM2 by default) on a private Xvfb and samples
 the CPU times of the window's process, its engine (the window's child) and the X server with psutil
-every 0.2 s. A sample counts as *streaming* when the engine used at least half a core during it and
-the autosave trace grew within the last second: the engine generates and its stream reaches the
-window (a paced engine sends a batch a paint, up to a third of a second apart, so a sample without
-growth is streaming too; a model's load, busy but writing nothing, is not). After the script's
-screenshot (the last turn done) the window is left alone for
+every 0.2 s. A sample counts as *streaming* once the first turn has started (its ``turn_start`` line
+is in the autosave trace), when the engine used at least half a core during it and the autosave
+grew within the last second: the engine generates and its stream reaches the window (a paced engine
+sends a batch a paint, up to half a second apart, so a sample without growth is streaming too; a
+model's load is not, nor the window's work on the loaded model, which a script's first turn follows
+at once). After the script's screenshot (the last turn done) the window is left alone for
 ``--idle`` seconds: the *idle* figure. Reported: mean cores (1.0 = one core busy) of each process in
 both phases, the load average, and each turn's decode rate from the autosave.
 
@@ -21,7 +22,8 @@ Goals (window-CPU issue): window ≤ 0.02 cores streaming, ≤ 0.002 idle. Nothi
 ``--parts`` runs the window once with the GUI thread's CPU counted in its parts (the clock's paint, the
 plots' render and each lane, the plots' Qt paint, the transcript, the stream reads: ``_window_parts.py``)
 over the streaming span and prints cores, calls a second and ms a call of each; cProfile inflates a
-paint's many small calls, these counters do not.
+paint's many small calls, these counters do not. ``--events`` adds the split by the Qt event being
+delivered (what Qt itself does between those parts).
 
 ``--profile`` runs the window under ``python -m cProfile`` with ``--exit-when-done`` (the streaming
 phase only: the profile is written when the window exits) and prints its top entries.
@@ -82,6 +84,11 @@ def _xserver(display: str) -> psutil.Process | None:
     return None
 
 
+def _turn_started(folder: Path) -> bool:
+    return any(b'"turn_start"' in f.read_bytes() for f in (folder / "data" / "autosave").glob("*.jsonl")) if \
+        (folder / "data" / "autosave").is_dir() else False
+
+
 def _trace_size(folder: Path) -> int:
     return sum(f.stat().st_size for f in (folder / "data" / "autosave").glob("*.jsonl")) if \
         (folder / "data" / "autosave").is_dir() else 0
@@ -101,6 +108,7 @@ def run_once(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT
     last = None
     idle_until = None
     grew_at = -float("inf")  # when the autosave last grew
+    started = False  # the first turn has started (read from the autosave until it has)
     deadline = time.monotonic() + args.timeout
     try:
         while time.monotonic() < deadline:
@@ -118,8 +126,10 @@ def run_once(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT
                 row = tuple((cur[i] - last[i]) / dt for i in (1, 2, 3))
                 if idle_until is not None:
                     phases["idle"].append(row)
-                elif row[1] >= BUSY_ENGINE and cur[0] - grew_at <= GREW_WITHIN_S:
+                elif started and row[1] >= BUSY_ENGINE and cur[0] - grew_at <= GREW_WITHIN_S:
                     phases["streaming"].append(row)
+            # (from the next sample on: the one the turn started in holds the end of the model's load)
+            started = started or (grew_at == now and _turn_started(folder))
             last = cur
             if idle_until is None and shot.exists():
                 time.sleep(1.0)  # the screenshot's own full repaint is not idle
@@ -182,6 +192,8 @@ def profile(script: Path, folder: Path, base_env: dict, args) -> None:
 def parts(script: Path, folder: Path, base_env: dict, args) -> None:
     env = _env(base_env, folder)
     env["PYTHONPATH"] = str(ROOT)
+    if args.events:
+        env["KVINSPECT_PARTS_EVENTS"] = "1"
     cmd = [sys.executable, str(Path(__file__).resolve().parent / "_window_parts.py"), *_done_when_finished(script, args)]
     p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     lines = p.stderr.splitlines()
@@ -226,6 +238,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--profile", default=None, help="write a cProfile of the window here and print its top")
     ap.add_argument("--parts", action="store_true", help="count the GUI thread's CPU in the window's parts")
+    ap.add_argument("--events", action="store_true", help="with --parts: also split the GUI thread's CPU by the Qt "
+                    "event delivered")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--baseline", default=None, help="another checkout (e.g. `git archive` of the commit before) "
                     "whose window runs interleaved with this one's, run by run")
@@ -241,7 +255,7 @@ def main(argv=None) -> int:
         if args.profile:
             profile(script, tmp / "profile", env, args)
             return 0
-        if args.parts:
+        if args.parts or args.events:
             parts(script, tmp / "parts", env, args)
             return 0
         print(f"window_cpu: {args.model} on {args.device}, script {script.name}, window on {env['DISPLAY']} (xcb), "

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import math
 
+NICE = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)  # a range at rest: a tight fit
+# While a run grows: a step of 1.5–2× each time the data reach the top. Every step repaints its
+# lanes whole and makes their axes' ticks again (a live frame otherwise repaints a strip a few
+# pixels wide); the fine series above stepped every third frame of a 200-token reply.
+GROWTH = (1, 2, 3, 5, 10)
 
-def nice_ceiling(v: float) -> float:
-    """The smallest of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 × 10^k that is ≥ v."""
+
+def nice_ceiling(v: float, steps: tuple = NICE) -> float:
+    """The smallest of ``steps`` (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 by default) × 10^k that is ≥ v."""
     if v <= 0:
         return 1.0
     k = 10 ** math.floor(math.log10(v))
-    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+    for m in steps:
         if m * k >= v:
             return m * k
     return 10 * k
+
+
+def growth_ceiling(v: float) -> float:
+    """The smallest of 1, 2, 3, 5 × 10^k that is ≥ v: a growing run's next range."""
+    return nice_ceiling(v, GROWTH)
 
 
 class StickyRange:
@@ -31,6 +42,7 @@ class StickyRange:
         self.min_frac = min_frac  # the narrowest span, as a fraction of the value (a flat line is not noise)
         self.lo: float | None = None
         self.hi: float | None = None
+        self.growing = False  # a run grows: the top steps through the coarse series (growth_ceiling)
 
     def reset(self) -> None:
         self.lo = self.hi = None
@@ -47,7 +59,8 @@ class StickyRange:
             return None
         if self.zero:
             want = max(hi * (1 + self.headroom), hi / (1 - self.keep_clear)) if self.keep_clear < 1 else hi
-            new = (0.0, nice_ceiling(want) if hi > 0 else 1.0)
+            ceiling = growth_ceiling if self.growing else nice_ceiling
+            new = (0.0, ceiling(want) if hi > 0 else 1.0)
         else:
             mid, m = (lo + hi) / 2, span * (0.5 + self.headroom)
             new = (mid - m, mid + m)

@@ -15,7 +15,7 @@ from kvinspect.gui.base.record_layers import layer_kinds
 from kvinspect.gui.graphics.axes import LayerAxis, StepAxis, layer_ticks
 from kvinspect.gui.graphics.heatmap import Heatmap
 from kvinspect.gui.graphics.regions import RegionsItem
-from kvinspect.gui.graphics.sticky_range import nice_ceiling
+from kvinspect.gui.graphics.sticky_range import growth_ceiling
 from kvinspect.gui.lanes.lane_axes import fixed_axes
 
 
@@ -112,8 +112,8 @@ class HeatmapLane:
         # grows the cells keep their colours, so only the newest column is mapped again and most
         # frames upload nothing.
         if growing:
-            if not (top <= self._scale_top <= top * 1.5):
-                self._scale_top = nice_ceiling(top * 1.15)
+            if not (top <= self._scale_top <= top * 2.5):
+                self._scale_top = growth_ceiling(top * 1.15)
             top = int(self._scale_top)
         elif not (top <= self._scale_top <= top * (1 + 2 / 256)):
             self._scale_top = top * (1 + 1 / 256)

@@ -9,8 +9,6 @@ added with ``ignoreBounds`` so they never disturb auto-ranging.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -29,7 +27,7 @@ from kvinspect.gui.graphics.event_markers import MarkersItem
 from kvinspect.gui.graphics.heatmap import Heatmap
 from kvinspect.gui.graphics.marker_lines import VLines
 from kvinspect.gui.graphics.regions import RegionsItem
-from kvinspect.gui.graphics.sticky_range import nice_ceiling
+from kvinspect.gui.graphics.sticky_range import growth_ceiling
 from kvinspect.gui.graphics.view_span import CACHE, ViewSpan, cache_text
 from kvinspect.gui.lanes.heatmap_lane import HeatmapLane
 from kvinspect.gui.lanes.lane_axes import fixed_axes
@@ -57,19 +55,6 @@ def draft_crops(turns, step: int | None = None) -> dict[int, int]:
     return out
 
 
-class PlotView(pg.GraphicsLayoutWidget):
-    """The lanes' view (the model runs in another process: nothing waits for its paints)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.paint_cpu = 0.0  # the GUI thread's CPU seconds in this view's paints: the paint clock's frame cost
-
-    def paintEvent(self, ev) -> None:
-        start = time.thread_time()
-        super().paintEvent(ev)
-        self.paint_cpu += time.thread_time() - start
-
-
 class PlotsWidget(QtWidgets.QWidget):
     """Header (legend, layer picker, follow/fit) over one GraphicsLayoutWidget with three lanes."""
 
@@ -91,7 +76,8 @@ class PlotsWidget(QtWidgets.QWidget):
         self._theme = th.DARK
         self._applying_range = False
         self._follow_top: float | None = None
-        self.growing = False  # a generation is running (set by the window)
+        self._growing = False
+        self._rendering = False  # inside render(): what it changes needs no paint of its own
         self._spans_memo: dict = {}
         self._drafts: dict[int, int] = {}  # step -> rejected drafts generate() cropped after it
         self._caching = True
@@ -145,7 +131,7 @@ class PlotsWidget(QtWidgets.QWidget):
         top.addWidget(self.follow_box)
         top.addWidget(fit)
 
-        self.view = PlotView()
+        self.view = pg.GraphicsLayoutWidget()
         self.view.ci.setContentsMargins(2, 4, 8, 2)
         self.view.ci.setSpacing(2)
         lay = self.view.ci
@@ -248,10 +234,25 @@ class PlotsWidget(QtWidgets.QWidget):
         self.empty_load.setVisible(default)
 
     # -- public ---------------------------------------------------------------------------
+    @property
+    def growing(self) -> bool:
+        """A generation is running (set by the window): ranges grow in coarse steps, not to a tight fit."""
+        return self._growing
+
+    @growing.setter
+    def growing(self, on: bool) -> None:
+        self._growing = bool(on)
+        self.tokens.yrange.growing = self.memory.kv_range.growing = self._growing
+
     def render(self, record, step: int | None = None, force: bool = False) -> bool:
         """Draw ``record`` (up to ``step`` when given). Returns True when something was redrawn."""
         if record is not self.record:
-            self._set_record(record)
+            # (its new view resizes, fits and picks its layers: this render draws all of it, at once)
+            self._rendering = True
+            try:
+                self._set_record(record)
+            finally:
+                self._rendering = False
             force = True
         if record is None:
             return False
@@ -259,13 +260,15 @@ class PlotsWidget(QtWidgets.QWidget):
         changed = s.update()
         n = s.n if step is None else min(s.n, step + 1)
         vb = self.heat.plot.getViewBox()
+        stepped = False  # the view grew by a step while a run streams
         if self.follow:
             # While generating, grow the view in steps, not every frame: axes keep their cached
             # ticks and the picture stays calm. At rest, fit the data exactly.
             top = self._follow_top
-            want = max(64.0, nice_ceiling(n * 1.15)) if self.growing else max(16.0, float(n))
+            want = max(64.0, growth_ceiling(n * 1.15)) if self.growing else max(16.0, float(n))
             if top is None or n > top or n < 0.4 * top or (not self.growing and top != want):
                 top = self._follow_top = want
+                stepped = self.growing
                 self._applying_range = True
                 self.heat.plot.setXRange(0, top, padding=0)
                 self._applying_range = False
@@ -273,7 +276,9 @@ class PlotsWidget(QtWidgets.QWidget):
         cols = max(int(vb.width()), 100)
         stamp = (s.n, step, round(a, 3), round(b, 3), cols, int(vb.height()))
         moved = force or self._stamp is None or stamp[2:] != self._stamp[2:]
-        self._set_caching(not moved)
+        # A live step of the view keeps the pixmap caches: this frame redraws every item into its
+        # cache, once. Turned off, the next frame would draw them all again to turn them back on.
+        self._set_caching(not moved or stepped)
         if not (changed or force or stamp != self._stamp):
             return False
         self._stamp = stamp
@@ -295,6 +300,11 @@ class PlotsWidget(QtWidgets.QWidget):
             finished = [t for t in turns if t.status != "running" and t.end_step - 1 <= step]
         self.memory.refresh(s, record, finished, a, b, max(cols // 2, 50))
         self._update_overlays(record, turns, events_n, n, force, step)
+        # pyqtgraph applies a new range to its items' transform only when the view paints, and the
+        # items it moves are then marked dirty in the middle of that paint: Qt painted the view a
+        # second time, 1–2 ms. Applied now, one paint draws the frame.
+        for vb in (*(p.getViewBox() for p in self.lanes), self.memory.vb2):
+            vb.updateMatrix()
         return True
 
     def refit(self) -> None:
@@ -314,7 +324,7 @@ class PlotsWidget(QtWidgets.QWidget):
         if self.follow_box.isChecked() != self.follow:
             self.follow_box.setChecked(self.follow)
         self._stamp = None
-        self.wantsPaint.emit()
+        self._ask_paint()
 
     def show_step(self, step: int | None, layers: list[int] | None = None) -> None:
         """Move the cursor to ``step`` (None hides it) and bring it into view."""
@@ -345,7 +355,7 @@ class PlotsWidget(QtWidgets.QWidget):
         self.tokens.set_picked(self.record, self.picked)
         self._rebuild_pick_menu()
         self._stamp = None
-        self.wantsPaint.emit()
+        self._ask_paint()
         self.pickedChanged.emit(list(self.picked))
 
     def apply_theme(self, t: th.Theme) -> None:
@@ -371,9 +381,13 @@ class PlotsWidget(QtWidgets.QWidget):
         self._events_n = -1
         self._update_legend(layer_kinds(self.record) if self.record is not None else [])
         self._stamp = None
-        self.wantsPaint.emit()
+        self._ask_paint()
 
     # -- internals ------------------------------------------------------------------------
+    def _ask_paint(self) -> None:
+        if not self._rendering:
+            self.wantsPaint.emit()
+
     def _set_caching(self, on: bool) -> None:
         """Pixmap caches on while the view stands still, off while it moves.
 
@@ -517,11 +531,11 @@ class PlotsWidget(QtWidgets.QWidget):
 
     def _on_range(self, *args) -> None:
         if not self._applying_range:  # render's own follow step is drawn by that render
-            self.wantsPaint.emit()
+            self._ask_paint()
 
     def showEvent(self, e) -> None:
         super().showEvent(e)
-        self.wantsPaint.emit()  # skipped while hidden: draw what changed meanwhile
+        self._ask_paint()  # skipped while hidden: draw what changed meanwhile
 
     def _lane_at(self, scene_pos):
         for p in self.lanes:

@@ -82,8 +82,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.setAcceptDrops(True)
         self.setDockOptions(QtWidgets.QMainWindow.DockOption.AnimatedDocks
                             | QtWidgets.QMainWindow.DockOption.AllowTabbedDocks)
-        self.clock = PaintClock(self._paint, painted=lambda: self.plots.view.paint_cpu, paced=self._pace_engine,
-                                parent=self)
+        self.clock = PaintClock(self._paint, paced=self._pace_engine, parent=self)
         self._build()
         self._connect()
         self._restore()

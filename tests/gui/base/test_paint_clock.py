@@ -6,7 +6,14 @@ and the timer's firing is played by calling ``flush`` once the fake time reaches
 
 from __future__ import annotations
 
-from kvinspect.gui.base.paint_clock import FRAME_BUDGET, INTERACTIVE_MS, LIVE_MS, SETTLE_S, SLOWEST_LIVE_MS, PaintClock
+from kvinspect.gui.base.paint_clock import (
+    CPU_BUDGET,
+    INTERACTIVE_MS,
+    LIVE_MS,
+    SETTLE_S,
+    SLOWEST_LIVE_MS,
+    PaintClock,
+)
 
 
 class FakeTime:
@@ -108,24 +115,32 @@ def test_a_paint_that_marks_again_is_painted_once_more(qapp):
 
 
 class FakeCPU(FakeTime):
-    """The GUI thread's CPU clock: a paint advances it by what the frame is made to cost."""
+    """The GUI thread's CPU clock: a paint advances it by what the frame is made to cost, and by
+    ``later`` once it has returned (Qt's paint of the view, the next read), before the clock reads it again."""
 
     def __init__(self):
         super().__init__()
         self.t = 3.0
+        self.later = 0.0
+
+    def __call__(self) -> float:
+        self.t += self.later
+        self.later = 0.0
+        return self.t
 
 
-def _costly_clock(time: FakeTime, paint_s: float, qt_s: float = 0.0):
-    """A clock whose frames cost ``paint_s`` of CPU in its paint and ``qt_s`` in a view's paint after it."""
-    cpu, qt = FakeCPU(), [0.0]
+def _costly_clock(time: FakeTime, paint_s: float, after_s: float = 0.0):
+    """A clock whose frames cost ``paint_s`` of the GUI thread's CPU in its paint and ``after_s`` once
+    it has returned (Qt paints the view then, and the stream's next batch is read)."""
+    cpu = FakeCPU()
     painted: list[float] = []
 
     def paint():
         painted.append(time.t)
         cpu.t += paint_s
-        qt[0] += qt_s  # Qt paints the view once the clock's paint has returned
+        cpu.later += after_s
 
-    clock = PaintClock(paint, now=time, cpu=cpu, painted=lambda: qt[0])
+    clock = PaintClock(paint, now=time, cpu=cpu)
     clock.streaming = True
     return clock, painted
 
@@ -136,11 +151,11 @@ def _live_gaps(painted: list[float], after: float) -> list[float]:
     return [b - a for a, b in zip(late, late[1:])]
 
 
-def test_the_live_rate_spends_the_frame_budget_within_its_bounds(qapp):
-    # (CPU in the paint, CPU in the view's Qt paint) -> the live interval it settles at.
+def test_the_live_rate_spends_the_cpu_budget_within_its_bounds(qapp):
+    # (CPU in the paint, CPU after it) -> the live interval it settles at.
     for paint_s, qt_s, want in ((0.0002, 0.0002, LIVE_MS / 1000),  # a fast machine: ten a second
-                                (0.0012, 0.0008, 0.002 / FRAME_BUDGET),  # 2 ms a frame: as many as the budget pays for
-                                (0.004, 0.003, SLOWEST_LIVE_MS / 1000)):  # dear frames: still about three a second
+                                (0.002, 0.0015, 0.0035 / CPU_BUDGET),  # 3.5 ms a frame: as many as the budget pays for
+                                (0.006, 0.004, SLOWEST_LIVE_MS / 1000)):  # dear frames: still twice a second
         time = FakeTime()
         clock, painted = _costly_clock(time, paint_s, qt_s)
         _stream(clock, time, 20 * 10, 1 / 20)  # 10 s at 20 tokens a second
@@ -151,17 +166,17 @@ def test_the_live_rate_spends_the_frame_budget_within_its_bounds(qapp):
         assert abs(clock.frame_cpu - (paint_s + qt_s)) < 1e-6
 
 
-def test_the_view_qt_paints_after_the_clock_count_in_a_frame(qapp):
+def test_what_the_gui_thread_spends_after_the_paint_counts_in_a_frame(qapp):
     time = FakeTime()
-    clock, painted = _costly_clock(time, 0.0, 0.004)  # all of a frame's CPU in the view's paint
+    clock, painted = _costly_clock(time, 0.0, 0.009)  # all of a frame's CPU after the paint: Qt's, the reads
     _stream(clock, time, 200, 1 / 20)
-    assert clock.frame_cpu is not None and abs(clock.frame_cpu - 0.004) < 1e-6
+    assert clock.frame_cpu is not None and abs(clock.frame_cpu - 0.009) < 1e-6
     assert min(_live_gaps(painted, painted[0] + 3)) >= SLOWEST_LIVE_MS / 1000 - 1e-6
 
 
 def test_dear_frames_do_not_slow_an_interaction(qapp):
     time = FakeTime()
-    clock, painted = _costly_clock(time, 0.006)
+    clock, painted = _costly_clock(time, 0.012)
     _stream(clock, time, 100, 1 / 20)  # a streamed 5 s: the live rate is the slowest
     estimate = clock.frame_cpu
     painted.clear()
@@ -170,21 +185,56 @@ def test_dear_frames_do_not_slow_an_interaction(qapp):
     assert clock.frame_cpu == estimate  # a drag's frames are not live ones
 
 
+def _clock_costing(time: FakeTime, cost: list[float]):
+    """A clock whose paint costs ``cost[0]`` of CPU (changed by the test as it goes)."""
+    cpu = FakeCPU()
+
+    def paint():
+        cpu.t += cost[0]
+
+    clock = PaintClock(paint, now=time, cpu=cpu)
+    return clock, cpu
+
+
 def test_a_rest_frame_does_not_feed_the_live_estimate(qapp):
-    time = FakeTime()
-    clock, painted = _costly_clock(time, 0.05)
-    clock.streaming = False  # a finished chat: a resize or a picked layer paints a full frame
+    time, cost = FakeTime(), [0.05]
+    clock, _ = _clock_costing(time, cost)
+    clock.mark()  # a finished chat: a resize or a picked layer paints a full frame
+    time.t = clock.due
+    clock.flush()
+    assert clock.paints == 1 and clock.frame_cpu is None
+    clock.streaming = True
+    assert clock.live_interval() == LIVE_MS / 1000  # the next turn starts at ten a second
+    cost[0] = 0.001
+    _stream(clock, time, 60, 1 / 20)
+    estimate = clock.frame_cpu
+    assert estimate is not None and abs(estimate - 0.001) < 1e-9
+    clock.streaming, cost[0] = False, 0.05  # the turn ends: its full repaint
     clock.mark()
     time.t = clock.due
     clock.flush()
-    assert painted and clock.frame_cpu is None
+    clock.streaming, cost[0] = True, 0.001  # the next turn: its first frames measure from scratch
+    _stream(clock, time, 60, 1 / 20)
+    assert abs(clock.frame_cpu - estimate) < 1e-9
+
+
+def test_what_the_gui_thread_does_in_a_pause_is_not_a_frame(qapp):
+    time, cost = FakeTime(), [0.001]
+    clock, cpu = _clock_costing(time, cost)
     clock.streaming = True
-    assert clock.live_interval() == LIVE_MS / 1000  # the next turn starts at ten a second
+    _stream(clock, time, 60, 1 / 20)
+    estimate = clock.frame_cpu
+    time.t += 5.0  # the stream stalls (a slow prompt); the user scrolls the transcript meanwhile
+    cpu.t += 0.2
+    clock.mark()
+    time.t = clock.due
+    clock.flush()
+    assert clock.frame_cpu == estimate and clock.live_interval() == LIVE_MS / 1000
 
 
 def test_after_a_pause_the_next_token_waits_only_for_its_step_block(qapp):
     time = FakeTime()
-    clock, painted = _costly_clock(time, 0.006)
+    clock, painted = _costly_clock(time, 0.012)
     _stream(clock, time, 100, 1 / 20)  # dear frames: the slowest live rate
     assert clock.live_interval() == SLOWEST_LIVE_MS / 1000
     time.t += 5.0  # the user reads, then sends the next message: its first token
@@ -196,12 +246,14 @@ def test_each_live_frame_tells_the_live_interval_and_an_interactions_do_not(qapp
     time, cpu, told = FakeTime(), FakeCPU(), []
 
     def paint():
-        cpu.t += 0.0015
+        cpu.t += 0.0025
 
     clock = PaintClock(paint, now=time, cpu=cpu, paced=told.append)
     clock.streaming = True
     _stream(clock, time, 100, 1 / 20)
     live = clock.paints
-    assert len(told) == live and all(abs(x - 0.0015 / FRAME_BUDGET) < 1e-9 for x in told)
+    # (the first live frame has nothing measured yet: the fastest rate)
+    assert len(told) == live and told[0] == LIVE_MS / 1000
+    assert all(abs(x - 0.0025 / CPU_BUDGET) < 1e-9 for x in told[1:])
     _stream(clock, time, 100, 0.005, on_step=lambda i: clock.interact())  # a drag: its frames are not live
     assert clock.paints > live + 20 and len(told) == live + 1  # (the drag's last flush, a second later, is)

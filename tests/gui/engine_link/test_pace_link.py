@@ -38,7 +38,7 @@ def test_a_window_whose_frames_are_dear_paces_its_real_engine(qtbot, window, mon
     import kvinspect.gui.base.paint_clock as paint_clock
     from tests.gui.helpers import load, send
 
-    monkeypatch.setattr(paint_clock, "FRAME_BUDGET", 1e-9)  # every frame over budget: the slowest live rate
+    monkeypatch.setattr(paint_clock, "CPU_BUDGET", 1e-9)  # every frame over budget: the slowest live rate
     load(qtbot, window, "tiny-llama")
     # A tiny model's turn can end within the interactive half second that its first frames start (the
     # plots' first fit): turns until one had a live frame.
@@ -48,7 +48,7 @@ def test_a_window_whose_frames_are_dear_paces_its_real_engine(qtbot, window, mon
         if window.clock.frame_cpu is not None:
             break
     assert window.clock.live_interval() == paint_clock.SLOWEST_LIVE_MS / 1000
-    assert window.controller._paced == 0.3  # told while the turn streamed, floored to a step
+    assert window.controller._paced == round(paint_clock.SLOWEST_LIVE_MS / 1000, 3)  # told while the turn streamed
     assert not [r for r in caplog.records if "pace" in r.getMessage()]  # the engine took it, no error came back
     again = send(qtbot, window, "And another.", max_new_tokens=40)  # a paced engine still ends its turns whole
     assert again.status == "ok" and again.index == len(window.record.turns) - 1

@@ -469,3 +469,80 @@ def test_lane_axes_key_sees_a_style_changed_in_place(qtbot):
     for mine, theirs in ((ax.pen(), pg.AxisItem.pen(ax)), (ax.tickPen(), pg.AxisItem.tickPen(ax))):
         assert mine == theirs and mine.isCosmetic() == theirs.isCosmetic()
 
+
+
+def test_a_growing_run_steps_its_ranges_coarsely_and_each_frame_paints_once(qtbot):
+    """While a run grows, the step axis, the lanes' y ranges and the heatmap's colour scale move in
+    coarse steps (each step repaints lanes whole); a frame whose range stepped is still painted once
+    (pyqtgraph moves its items only when the view paints, which used to dirty them mid-paint)."""
+    from PySide6 import QtCore, QtWidgets
+
+    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
+
+    steps, layers, grow = 640, 8, 600
+    rec, cols = _growing_record(steps, layers, grow)
+    w = PlotsWidget()
+    qtbot.addWidget(w)
+    w.resize(1000, 600)
+    w.show()
+    qtbot.waitExposed(w)
+    w.growing = True
+    w.render(rec, force=True)
+    app = QtWidgets.QApplication.instance()
+    app.processEvents()
+    paints = [0]
+
+    class CountPaints(QtCore.QObject):
+        def eventFilter(self, obj, ev):  # noqa: N802 - Qt's name
+            if ev.type() == QtCore.QEvent.Type.Paint:
+                paints[0] += 1
+            return False
+
+    counter = CountPaints()
+    w.view.viewport().installEventFilter(counter)
+    ranges = {"x": set(), "tokens": set(), "kv": set(), "colours": set()}
+    per_frame = []
+    for at in range(steps - grow, steps):
+        rec.append_columns({k: v[at: at + 1] for k, v in cols.items()})
+        paints[0] = 0
+        w.render(rec)
+        for _ in range(3):
+            app.sendPostedEvents()
+            app.processEvents()
+        per_frame.append(paints[0])
+        ranges["x"].add(w.heat.plot.getViewBox().viewRange()[0][1])
+        ranges["tokens"].add(w.tokens.yrange.hi)
+        ranges["kv"].add(w.memory.kv_range.hi)
+        ranges["colours"].add(w.heat._scale_top)
+    w.view.viewport().removeEventFilter(counter)
+    assert max(per_frame) == 1, per_frame
+    # 40 → 640 steps: 64, 100, 200, 300, 500, 1000 (the fine series would take 12 steps)
+    assert sorted(ranges["x"]) == [64, 100, 200, 300, 500, 1000]
+    for name in ("tokens", "kv", "colours"):
+        values = sorted(v for v in ranges[name] if v)
+        assert 1 < len(values) <= 6, (name, values)
+        # each a 1, 2, 3 or 5 × 10^k
+        assert all(f"{v:.0e}"[0] in "1235" and float(f"{v:.0e}") == v for v in values), (name, values)
+    w.growing = False  # at rest: a tight fit again
+    w.refit()
+    w.render(rec)
+    assert w.heat.plot.getViewBox().viewRange()[0][1] == steps
+
+
+def test_a_new_record_is_drawn_by_its_render_without_asking_for_the_interactive_rate(qtbot):
+    """A record swap resizes, fits and picks layers inside render(), which draws all of it: no
+    wantsPaint (the window would paint at 60 Hz for half a second, as for a drag, while the first
+    turn's prompt is prefilled). The user's own Fit still asks."""
+    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
+
+    w = PlotsWidget()
+    qtbot.addWidget(w)
+    w.resize(1000, 600)
+    w.show()
+    qtbot.waitExposed(w)
+    asked = []
+    w.wantsPaint.connect(lambda: asked.append(1))
+    assert w.render(synthetic_record(500, 8))
+    assert asked == []
+    w.set_follow(True)
+    assert asked == [1]
