@@ -21,6 +21,10 @@ feed the estimate: a zoom's or a turn end's full repaint says nothing of a strea
 After each live frame ``paced`` is told the live interval: the window passes it to its engine, whose
 stream then comes at that pace (one read and one step block a paint).
 
+While the engine prefills a prompt the clock is held (:meth:`hold`): the turn's start is painted
+with its first step or token (:meth:`release`), or after :data:`PREFILL_HOLD_S`, not in the middle of
+the prefill, which wants every core and whose length is the turn's time to first token.
+
 ``now`` and ``cpu`` are injectable so a test can stream a thousand steps in a few milliseconds, give
 each frame the cost it wants, and count paints.
 """
@@ -43,6 +47,7 @@ MEASURED_GAP_S = 2 * SLOWEST_LIVE_MS / 1000  # live frames further apart than th
 FRAME_SMOOTHING = 0.3  # the weight of the newest frame's cost in the running estimate
 INTERACTIVE_MS = 16  # hover, zoom, drag, and anything asked for while nothing streams
 SETTLE_S = 0.5  # the interactive rate holds this long after the last interaction
+PREFILL_HOLD_S = 1.0  # a prompt's prefill holds the paints this long at most (a long one shows its turn then)
 
 
 class PaintClock(QtCore.QObject):
@@ -64,6 +69,7 @@ class PaintClock(QtCore.QObject):
         self._dirty = False
         self._last = -math.inf
         self._fast_until = -math.inf
+        self._hold_until = -math.inf
         self._timer = QtCore.QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
@@ -92,7 +98,22 @@ class PaintClock(QtCore.QObject):
     def interact(self) -> None:
         """The user is moving the view: paint at the interactive rate for a while."""
         self._fast_until = self.now() + SETTLE_S
+        self._hold_until = -math.inf  # (the hand is not kept waiting for a prefill)
         self.mark()
+
+    def hold(self, seconds: float = PREFILL_HOLD_S) -> None:
+        """Paint nothing for up to ``seconds`` (a prompt's prefill) unless :meth:`release` comes first."""
+        self._hold_until = self.now() + seconds
+
+    def release(self) -> None:
+        """End a :meth:`hold`: what waited is painted as soon as the rate allows."""
+        if self._hold_until == -math.inf:
+            return
+        self._hold_until = -math.inf
+        if self._dirty:
+            self._timer.stop()
+            self.due = None
+            self._schedule()
 
     def flush(self) -> None:
         """Paint now what is pending (the timer's slot; tests call it to catch up)."""
@@ -129,7 +150,7 @@ class PaintClock(QtCore.QObject):
         interval = self.live_interval() if live else INTERACTIVE_MS / 1000
         # A live paint waits for its companions (a token and its step's block, one engine flush apart),
         # not for a whole dear interval: the first token after a pause shows as soon as a cheap one would.
-        due = max(now + LIVE_MS / 1000 if live else now, self._last + interval)
+        due = max(now + LIVE_MS / 1000 if live else now, self._last + interval, self._hold_until)
         if self.due is not None and self.due <= due:
             return  # already due as soon or sooner
         self.due = due

@@ -68,6 +68,7 @@ class SessionController(QtCore.QObject):
     engineState = QtCore.Signal(str)  # "starting", "ready", "unresponsive", "dead", "stopped"
     autosavePaused = QtCore.Signal(str)  # one line: why the autosave stopped (a full disk); generation goes on
     streamed = QtCore.Signal()  # a trace line or a token arrived: something new to paint (at the window's rate)
+    firstOutput = QtCore.Signal()  # a turn's first step block or token: its prompt's prefill is over
 
     def __init__(self, session_options=None, autosave: bool = True, command=None, parent=None,
                  engine_cmd: list[str] | None = None):
@@ -90,6 +91,7 @@ class SessionController(QtCore.QObject):
         self._pending_turn: TurnRequest | None = None
         self.live = LiveTrace(autosave, on_paused=self.autosavePaused.emit)  # record + autosave of the session
         self._tokens: list[str] = []
+        self._prefilling = False  # a turn started and nothing of its output has come yet
         self._reply: list[str] = []  # the running turn's text so far (kept when the engine dies)
         self._stops = 0
         self._stop_timer = QtCore.QTimer(self, singleShot=True)
@@ -321,12 +323,18 @@ class SessionController(QtCore.QObject):
         kind = obj.get("type")
         if kind in TRACE_KINDS:
             self._trace_line(kind, obj, raw)
+            if kind == "steps" and self._prefilling:
+                self._prefilling = False
+                self.firstOutput.emit()
             self.streamed.emit()
             return
         if kind == P.TOKEN:
             text = obj.get("text") or ""
             self._tokens.append(text)
             self._reply.append(text)
+            if self._prefilling:
+                self._prefilling = False
+                self.firstOutput.emit()
             self.streamed.emit()
             return
         if self._closed:
@@ -390,6 +398,7 @@ class SessionController(QtCore.QObject):
     def _trace_line(self, kind: str, obj: dict, raw: bytes) -> None:
         msg = self.live.feed_line(kind, obj, raw)
         if msg is not None and kind == "turn_start" and not self._closed:
+            self._prefilling = True
             self.turnStarted.emit(int(obj.get("index", 0)))
 
     @property

@@ -188,6 +188,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         c.engineState.connect(self._on_engine_state)
         c.autosavePaused.connect(self._show_autosave_paused)
         c.streamed.connect(self.clock.mark)
+        c.firstOutput.connect(self.clock.release)
         self.plots.wantsPaint.connect(self.clock.interact)
         self.viewer.followPolled.connect(lambda st: st.changed and self.clock.mark())
         for panel, dock in self._panel_docks():
@@ -527,6 +528,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
 
     def _on_turn_started(self, index: int) -> None:
         self._update_state()
+        self.clock.hold()  # the prompt's prefill: the turn's start is painted with its first output
 
     def _on_turn_finished(self, turn) -> None:
         self.chat.append_tokens(self.controller.drain_tokens())
@@ -609,6 +611,8 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.chat.set_state(loaded=self.info is not None and alive, busy=bool(busy), generating=busy == "turn")
         self.plots.growing = (busy == "turn" and not viewing) or (viewing == "follow" and self.viewer.step is None)
         self.clock.streaming = busy == "turn" or viewing == "follow"
+        if busy != "turn":
+            self.clock.release()  # (a turn that ended, failed or stopped before any output)
         self.commands["load"].setEnabled(not busy)
         self.commands["stop"].setEnabled(busy == "turn")  # Esc stops the live turn even while a trace is shown
         self.commands["new_chat"].setEnabled(self.info is not None and alive and not busy and not viewing)

@@ -6,6 +6,10 @@ rendered once more and grabbed to a PNG (reproducible images for bug reports and
 With ``--exit-when-done`` errors print one line and the exit status is 2; the window never
 waits on a dialog. If the engine (the model's process) dies, the window stays up, the screenshot
 is still taken, and the exit status is 1.
+
+A turn is sent once the window has drawn what came before it (the loaded model, the last turn's
+end), as a person would type it: sent in the same moment, the window's repaint of the turn end
+ran beside the engine's prefill of the next prompt and lengthened its time to first token.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 
 log = logging.getLogger(__name__)
+
+
+SETTLE_POLL_MS = 20  # how often the driver looks whether the window has painted what is pending
+SETTLE_MAX_MS = 2000  # a window that keeps painting (it never should at rest) gets the next turn anyway
 
 
 class ScriptDriver(QtCore.QObject):
@@ -50,7 +58,14 @@ class ScriptDriver(QtCore.QObject):
 
     def _on_loaded(self, info) -> None:
         if self.index == 0 and not self._finished:
-            QtCore.QTimer.singleShot(0, self._next)
+            QtCore.QTimer.singleShot(0, self._when_drawn)  # (after the window's own slots: what they ask to paint)
+
+    def _when_drawn(self, waited_ms: int = 0) -> None:
+        """``_next`` once the window's paint clock has nothing pending (its paint, then Qt's, ran)."""
+        if self.window.clock.running and waited_ms < SETTLE_MAX_MS:
+            QtCore.QTimer.singleShot(SETTLE_POLL_MS, lambda: self._when_drawn(waited_ms + SETTLE_POLL_MS))
+            return
+        QtCore.QTimer.singleShot(0, self._next)
 
     def _next(self) -> None:
         if self._finished:
@@ -70,7 +85,7 @@ class ScriptDriver(QtCore.QObject):
     def _on_turn(self, turn) -> None:
         if turn.status == "failed":
             print(f"kvinspect: turn {turn.index + 1} failed: {turn.error}", file=sys.stderr, flush=True)
-        QtCore.QTimer.singleShot(0, self._next)
+        QtCore.QTimer.singleShot(0, self._when_drawn)
 
     def _on_failed(self, task: str, message: str) -> None:
         if task == "load":

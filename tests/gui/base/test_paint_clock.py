@@ -10,6 +10,7 @@ from kvinspect.gui.base.paint_clock import (
     CPU_BUDGET,
     INTERACTIVE_MS,
     LIVE_MS,
+    PREFILL_HOLD_S,
     SETTLE_S,
     SLOWEST_LIVE_MS,
     PaintClock,
@@ -257,3 +258,39 @@ def test_each_live_frame_tells_the_live_interval_and_an_interactions_do_not(qapp
     assert all(abs(x - 0.0025 / CPU_BUDGET) < 1e-9 for x in told[1:])
     _stream(clock, time, 100, 0.005, on_step=lambda i: clock.interact())  # a drag: its frames are not live
     assert clock.paints > live + 20 and len(told) == live + 1  # (the drag's last flush, a second later, is)
+
+
+def test_a_prefill_holds_the_turn_starts_paint_until_its_first_output(qapp):
+    time = FakeTime()
+    painted: list[float] = []
+    clock = PaintClock(lambda: painted.append(time.t), now=time)
+    clock.streaming = True
+    t0 = time.t
+    clock.hold()  # the turn started: its prompt is prefilled
+    clock.mark()  # (its turn_start line)
+    assert abs(clock.due - (t0 + PREFILL_HOLD_S)) < 1e-9
+    time.t = t0 + 0.3
+    clock.release()  # its first step block: painted as soon as a live paint may be
+    clock.mark()
+    assert abs(clock.due - (t0 + 0.3 + LIVE_MS / 1000)) < 1e-9
+    time.t = clock.due
+    clock.flush()
+    assert painted == [time.t]
+
+
+def test_a_long_prefill_shows_its_turn_after_the_hold_and_a_drag_is_never_held(qapp):
+    time = FakeTime()
+    painted: list[float] = []
+    clock = PaintClock(lambda: painted.append(time.t), now=time)
+    clock.streaming = True
+    t0 = time.t
+    clock.hold()
+    clock.mark()
+    time.t = clock.due  # nothing more comes: the timer fires at the hold's end
+    clock.flush()
+    assert painted == [t0 + PREFILL_HOLD_S]
+    clock.hold()
+    clock.interact()  # the user drags the view meanwhile: at once, at the interactive rate
+    assert clock.due is not None and clock.due <= time.t + INTERACTIVE_MS / 1000
+    clock.release()  # (nothing held: a no-op)
+    assert clock.due is not None and clock.due <= time.t + INTERACTIVE_MS / 1000
