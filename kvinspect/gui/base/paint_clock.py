@@ -102,8 +102,15 @@ class PaintClock(QtCore.QObject):
         self.mark()
 
     def hold(self, seconds: float = PREFILL_HOLD_S) -> None:
-        """Paint nothing for up to ``seconds`` (a prompt's prefill) unless :meth:`release` comes first."""
+        """Paint nothing for up to ``seconds`` (a prompt's prefill) unless :meth:`release` comes first.
+
+        A paint already due waits too (the last turn's end, the loaded model): the prefill has the cores.
+        """
         self._hold_until = self.now() + seconds
+        if self.due is not None and self.due < self._hold_until:
+            self._timer.stop()
+            self.due = None
+            self._schedule()
 
     def release(self) -> None:
         """End a :meth:`hold`: what waited is painted as soon as the rate allows."""

@@ -294,3 +294,17 @@ def test_a_long_prefill_shows_its_turn_after_the_hold_and_a_drag_is_never_held(q
     assert clock.due is not None and clock.due <= time.t + INTERACTIVE_MS / 1000
     clock.release()  # (nothing held: a no-op)
     assert clock.due is not None and clock.due <= time.t + INTERACTIVE_MS / 1000
+
+
+def test_a_paint_already_due_waits_for_the_prefill_too(qapp):
+    time = FakeTime()
+    painted: list[float] = []
+    clock = PaintClock(lambda: painted.append(time.t), now=time)
+    clock.mark()  # the last turn's end, due at the interactive rate
+    assert clock.due is not None and clock.due < time.t + PREFILL_HOLD_S
+    clock.streaming = True
+    clock.hold()  # the next turn starts at once
+    assert abs(clock.due - (time.t + PREFILL_HOLD_S)) < 1e-9 and clock.running
+    time.t += 0.2
+    clock.release()
+    assert clock.due is not None and clock.due <= time.t + LIVE_MS / 1000

@@ -8,6 +8,9 @@ def test_no_paint_while_a_prompt_is_prefilled_and_the_first_output_releases_the_
     from tests.gui.helpers import load, send
 
     load(qtbot, window, "tiny-llama")
+    # (as a person would, the first message is sent once the loaded model is drawn: a resize of the
+    # new view still on its way is an interaction, and is never held)
+    qtbot.waitUntil(lambda: not window.clock.running, timeout=5000)
     c = window.controller
     log: list[str] = []
     c.turnStarted.connect(lambda i: log.append("start"))
