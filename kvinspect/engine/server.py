@@ -38,7 +38,7 @@ from kvinspect.engine.stdio import LineWriter, read_lines, take_stdio
 log = logging.getLogger(__name__)
 
 #: Steps are sent this often while a turn runs, until the window says its pace: the window paints at
-#: most 10 times a second while a model streams (3 where its frames are dear), and one block per paint
+#: most 10 times a second while a model streams (2 where its frames are dear), and one block per paint
 #: is decoded once, not two half blocks.
 FLUSH_EVERY_S = 0.1
 #: After stdin closes, a request loop that does not come back within this long is not waited for.

@@ -108,9 +108,7 @@ class PaintClock(QtCore.QObject):
         """
         self._hold_until = self.now() + seconds
         if self.due is not None and self.due < self._hold_until:
-            self._timer.stop()
-            self.due = None
-            self._schedule()
+            self._reschedule()
 
     def release(self) -> None:
         """End a :meth:`hold`: what waited is painted as soon as the rate allows."""
@@ -118,9 +116,7 @@ class PaintClock(QtCore.QObject):
             return
         self._hold_until = -math.inf
         if self._dirty:
-            self._timer.stop()
-            self.due = None
-            self._schedule()
+            self._reschedule()
 
     def flush(self) -> None:
         """Paint now what is pending (the timer's slot; tests call it to catch up)."""
@@ -136,7 +132,7 @@ class PaintClock(QtCore.QObject):
             self._live_mark = None
             self._paint()
             return
-        at, cpu = self.now(), self.cpu()
+        at, cpu = self._last, self.cpu()
         last, self._live_mark = self._live_mark, (at, cpu)
         if last is not None and at - last[0] <= MEASURED_GAP_S:
             cost = cpu - last[1]  # the last live frame, all of it: its paint, Qt's, the reads since
@@ -150,6 +146,12 @@ class PaintClock(QtCore.QObject):
         self._timer.stop()
         self.due = None
         self._dirty = False
+
+    def _reschedule(self) -> None:
+        """Schedule the pending paint again, later or sooner (a hold came or went)."""
+        self._timer.stop()
+        self.due = None
+        self._schedule()
 
     def _schedule(self) -> None:
         now = self.now()

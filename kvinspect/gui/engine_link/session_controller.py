@@ -323,18 +323,15 @@ class SessionController(QtCore.QObject):
         kind = obj.get("type")
         if kind in TRACE_KINDS:
             self._trace_line(kind, obj, raw)
-            if kind == "steps" and self._prefilling:
-                self._prefilling = False
-                self.firstOutput.emit()
+            if kind == "steps":
+                self._output_came()
             self.streamed.emit()
             return
         if kind == P.TOKEN:
             text = obj.get("text") or ""
             self._tokens.append(text)
             self._reply.append(text)
-            if self._prefilling:
-                self._prefilling = False
-                self.firstOutput.emit()
+            self._output_came()
             self.streamed.emit()
             return
         if self._closed:
@@ -393,6 +390,11 @@ class SessionController(QtCore.QObject):
             return
         self._pending_turn = None
         self._finish(self.turnFinished, rec.turns[index])
+
+    def _output_came(self) -> None:
+        if self._prefilling:
+            self._prefilling = False
+            self.firstOutput.emit()
 
     # -- the trace: this window's record and autosave (LiveTrace) ------------------------------------------
     def _trace_line(self, kind: str, obj: dict, raw: bytes) -> None:

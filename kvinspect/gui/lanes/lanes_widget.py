@@ -74,10 +74,9 @@ class PlotsWidget(QtWidgets.QWidget):
         self._events_n = -1
         self._turns_key = None
         self._theme = th.DARK
-        self._applying_range = False
         self._follow_top: float | None = None
         self._growing = False
-        self._rendering = False  # inside render(): what it changes needs no paint of its own
+        self._rendering = False  # inside render(): what it changes (a record, a follow step) it draws itself
         self._spans_memo: dict = {}
         self._drafts: dict[int, int] = {}  # step -> rejected drafts generate() cropped after it
         self._caching = True
@@ -246,13 +245,15 @@ class PlotsWidget(QtWidgets.QWidget):
 
     def render(self, record, step: int | None = None, force: bool = False) -> bool:
         """Draw ``record`` (up to ``step`` when given). Returns True when something was redrawn."""
+        self._rendering = True
+        try:
+            return self._render(record, step, force)
+        finally:
+            self._rendering = False
+
+    def _render(self, record, step: int | None, force: bool) -> bool:
         if record is not self.record:
-            # (its new view resizes, fits and picks its layers: this render draws all of it, at once)
-            self._rendering = True
-            try:
-                self._set_record(record)
-            finally:
-                self._rendering = False
+            self._set_record(record)  # (its new view resizes, fits and picks its layers: drawn below)
             force = True
         if record is None:
             return False
@@ -269,9 +270,7 @@ class PlotsWidget(QtWidgets.QWidget):
             if top is None or n > top or n < 0.4 * top or (not self.growing and top != want):
                 top = self._follow_top = want
                 stepped = self.growing
-                self._applying_range = True
                 self.heat.plot.setXRange(0, top, padding=0)
-                self._applying_range = False
         (a, b), _ = vb.viewRange()
         cols = max(int(vb.width()), 100)
         stamp = (s.n, step, round(a, 3), round(b, 3), cols, int(vb.height()))
@@ -526,12 +525,11 @@ class PlotsWidget(QtWidgets.QWidget):
             self.eventClicked.emit(int(points[0].data()))
 
     def _on_manual_range(self, *args) -> None:
-        if not self._applying_range:
+        if not self._rendering:
             self.set_follow(False)
 
     def _on_range(self, *args) -> None:
-        if not self._applying_range:  # render's own follow step is drawn by that render
-            self._ask_paint()
+        self._ask_paint()  # (render's own follow step is drawn by that render)
 
     def showEvent(self, e) -> None:
         super().showEvent(e)

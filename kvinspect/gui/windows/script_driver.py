@@ -54,7 +54,7 @@ class ScriptDriver(QtCore.QObject):
 
     def start(self) -> None:
         if self.window.info is not None:
-            QtCore.QTimer.singleShot(0, self._next)
+            QtCore.QTimer.singleShot(0, self._when_drawn)
 
     def _on_loaded(self, info) -> None:
         if self.index == 0 and not self._finished:
@@ -93,7 +93,7 @@ class ScriptDriver(QtCore.QObject):
             self._finish(shoot=False)
         elif task == "turn":
             self.code = 2
-            QtCore.QTimer.singleShot(0, self._next)
+            QtCore.QTimer.singleShot(0, self._when_drawn)
 
     def _on_engine_died(self, why: str) -> None:
         print(f"kvinspect: the model's process ended: {why}", file=sys.stderr, flush=True)

@@ -223,7 +223,7 @@ class TraceViewer(QtCore.QObject):
         self._title()
 
     def update(self) -> None:
-        """Bring the bar and the conversation up to date (the paint clock calls this 3 to 10 times a second)."""
+        """Bring the bar and the conversation up to date (the paint clock calls this 2 to 10 times a second)."""
         if not self.mode:
             return
         rec = self.record

@@ -260,14 +260,20 @@ def test_each_live_frame_tells_the_live_interval_and_an_interactions_do_not(qapp
     assert clock.paints > live + 20 and len(told) == live + 1  # (the drag's last flush, a second later, is)
 
 
-def test_a_prefill_holds_the_turn_starts_paint_until_its_first_output(qapp):
-    time = FakeTime()
+def _held_clock(time: FakeTime):
+    """A streaming clock as a turn starts: held for its prompt's prefill, its turn_start line marked."""
     painted: list[float] = []
     clock = PaintClock(lambda: painted.append(time.t), now=time)
     clock.streaming = True
+    clock.hold()
+    clock.mark()
+    return clock, painted
+
+
+def test_a_prefill_holds_the_turn_starts_paint_until_its_first_output(qapp):
+    time = FakeTime()
     t0 = time.t
-    clock.hold()  # the turn started: its prompt is prefilled
-    clock.mark()  # (its turn_start line)
+    clock, painted = _held_clock(time)
     assert abs(clock.due - (t0 + PREFILL_HOLD_S)) < 1e-9
     time.t = t0 + 0.3
     clock.release()  # its first step block: painted as soon as a live paint may be
@@ -280,12 +286,8 @@ def test_a_prefill_holds_the_turn_starts_paint_until_its_first_output(qapp):
 
 def test_a_long_prefill_shows_its_turn_after_the_hold_and_a_drag_is_never_held(qapp):
     time = FakeTime()
-    painted: list[float] = []
-    clock = PaintClock(lambda: painted.append(time.t), now=time)
-    clock.streaming = True
     t0 = time.t
-    clock.hold()
-    clock.mark()
+    clock, painted = _held_clock(time)
     time.t = clock.due  # nothing more comes: the timer fires at the hold's end
     clock.flush()
     assert painted == [t0 + PREFILL_HOLD_S]

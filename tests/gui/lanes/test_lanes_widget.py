@@ -256,15 +256,12 @@ def _on_screen(w):
     return w.screen().grabWindow(w.window().winId(), at.x(), at.y(), vp.width(), vp.height()).toImage()
 
 
-def test_live_frames_repaint_a_strip_and_leave_on_screen_what_a_full_repaint_paints(qtbot):
-    """A live frame asks Qt for the strip its items changed, not their lanes; after many such frames
-    (solid curves, the heatmap, dashed curves whole) the screen equals the same view repainted whole
-    with every item's pixmap cache dropped."""
-    from PySide6 import QtCore, QtWidgets
+def _growing_plots(qtbot, steps: int, layers: int, grow: int):
+    """A shown 1000 × 600 plots widget drawing ``_growing_record`` as a generation (``growing``), painted once."""
+    from PySide6 import QtWidgets
 
     from kvinspect.gui.lanes.lanes_widget import PlotsWidget
 
-    steps, layers, grow = 2000, 30, 120
     rec, cols = _growing_record(steps, layers, grow)
     w = PlotsWidget()
     qtbot.addWidget(w)
@@ -275,26 +272,47 @@ def test_live_frames_repaint_a_strip_and_leave_on_screen_what_a_full_repaint_pai
     w.render(rec, force=True)
     app = QtWidgets.QApplication.instance()
     app.processEvents()
-    heat_px = w.heat.plot.getViewBox().width() * w.heat.plot.getViewBox().height()
-    painted: list[float] = []
+    return rec, cols, w, app
+
+
+def _painted_areas(widget):
+    """An event filter installed on ``widget``: its ``areas`` list each paint's area in pixels."""
+    from PySide6 import QtCore
 
     class PaintedArea(QtCore.QObject):
+        def __init__(self):
+            super().__init__()
+            self.areas: list[float] = []
+
         def eventFilter(self, obj, ev):  # noqa: N802 - Qt's name
             if ev.type() == QtCore.QEvent.Type.Paint:
-                painted.append(sum(r.width() * r.height() for r in ev.region()))
+                self.areas.append(sum(r.width() * r.height() for r in ev.region()))
             return False
 
     area = PaintedArea()
-    w.view.viewport().installEventFilter(area)
+    widget.installEventFilter(area)
+    return area
+
+
+def test_live_frames_repaint_a_strip_and_leave_on_screen_what_a_full_repaint_paints(qtbot):
+    """A live frame asks Qt for the strip its items changed, not their lanes; after many such frames
+    (solid curves, the heatmap, dashed curves whole) the screen equals the same view repainted whole
+    with every item's pixmap cache dropped."""
+    from PySide6 import QtWidgets
+
+    steps, layers, grow = 2000, 30, 120
+    rec, cols, w, app = _growing_plots(qtbot, steps, layers, grow)
+    heat_px = w.heat.plot.getViewBox().width() * w.heat.plot.getViewBox().height()
+    area = _painted_areas(w.view.viewport())
     frames = []
     for at in range(steps - grow, steps):
         rec.append_columns({k: v[at: at + 1] for k, v in cols.items()})
-        painted.clear()
+        area.areas.clear()
         w.render(rec)
         app.sendPostedEvents()
         app.processEvents()
         app.processEvents()
-        frames.append(sum(painted))
+        frames.append(sum(area.areas))
     w.view.viewport().removeEventFilter(area)
     # Most frames repaint a strip a few pixels wide (the heatmap's new column, the solid curves' ends);
     # none repaints less than it changed, which the screen check below would show.
@@ -475,54 +493,35 @@ def test_a_growing_run_steps_its_ranges_coarsely_and_each_frame_paints_once(qtbo
     """While a run grows, the step axis, the lanes' y ranges and the heatmap's colour scale move in
     coarse steps (each step repaints lanes whole); a frame whose range stepped is still painted once
     (pyqtgraph moves its items only when the view paints, which used to dirty them mid-paint)."""
-    from PySide6 import QtCore, QtWidgets
-
-    from kvinspect.gui.lanes.lanes_widget import PlotsWidget
+    from kvinspect.gui.graphics.sticky_range import growth_ceiling
 
     steps, layers, grow = 640, 8, 600
-    rec, cols = _growing_record(steps, layers, grow)
-    w = PlotsWidget()
-    qtbot.addWidget(w)
-    w.resize(1000, 600)
-    w.show()
-    qtbot.waitExposed(w)
-    w.growing = True
-    w.render(rec, force=True)
-    app = QtWidgets.QApplication.instance()
-    app.processEvents()
-    paints = [0]
-
-    class CountPaints(QtCore.QObject):
-        def eventFilter(self, obj, ev):  # noqa: N802 - Qt's name
-            if ev.type() == QtCore.QEvent.Type.Paint:
-                paints[0] += 1
-            return False
-
-    counter = CountPaints()
-    w.view.viewport().installEventFilter(counter)
+    rec, cols, w, app = _growing_plots(qtbot, steps, layers, grow)
+    area = _painted_areas(w.view.viewport())
     ranges = {"x": set(), "tokens": set(), "kv": set(), "colours": set()}
     per_frame = []
     for at in range(steps - grow, steps):
         rec.append_columns({k: v[at: at + 1] for k, v in cols.items()})
-        paints[0] = 0
+        area.areas.clear()
         w.render(rec)
         for _ in range(3):
             app.sendPostedEvents()
             app.processEvents()
-        per_frame.append(paints[0])
+        per_frame.append(len(area.areas))
         ranges["x"].add(w.heat.plot.getViewBox().viewRange()[0][1])
         ranges["tokens"].add(w.tokens.yrange.hi)
         ranges["kv"].add(w.memory.kv_range.hi)
         ranges["colours"].add(w.heat._scale_top)
-    w.view.viewport().removeEventFilter(counter)
+    w.view.viewport().removeEventFilter(area)
     assert max(per_frame) == 1, per_frame
     # 40 → 640 steps: 64, 100, 200, 300, 500, 1000 (the fine series would take 12 steps)
     assert sorted(ranges["x"]) == [64, 100, 200, 300, 500, 1000]
     for name in ("tokens", "kv", "colours"):
         values = sorted(v for v in ranges[name] if v)
-        assert 1 < len(values) <= 6, (name, values)
-        # each a 1, 2, 3 or 5 × 10^k
-        assert all(f"{v:.0e}"[0] in "1235" and float(f"{v:.0e}") == v for v in values), (name, values)
+        # Each a 1, 2, 3 or 5 × 10^k, and each step the next of them: none skipped, none between
+        # (the fine series would have stepped 100 → 120 → 150).
+        assert len(values) >= 3 and all(growth_ceiling(v) == v for v in values), (name, values)
+        assert all(growth_ceiling(a * 1.01) == b for a, b in zip(values, values[1:])), (name, values)
     w.growing = False  # at rest: a tight fit again
     w.refit()
     w.render(rec)
