@@ -26,7 +26,7 @@ ACC: dict[str, float] = collections.defaultdict(float)
 CALLS: collections.Counter = collections.Counter()
 START: dict[str, float] = {}  # the clocks at the first turn_start line
 END: dict = {}  # the clocks and the counters at the last turn line seen
-EVENTS_SHOWN = 20
+EVENTS_SHOWN = 30
 
 
 def _wrap(cls, name: str, key: str) -> None:
@@ -45,7 +45,7 @@ def _wrap(cls, name: str, key: str) -> None:
 
 
 def _count_events() -> None:
-    from PySide6 import QtWidgets
+    from PySide6 import QtCore, QtWidgets
 
     names = {}
     stack: list[float] = []  # the CPU of the deliveries nested in each open one
@@ -67,10 +67,37 @@ def _count_events() -> None:
                     if name is None:
                         name = names[et] = getattr(et, "name", str(et))
                     key = f"event {name} → {type(receiver).__name__}"
+                    if isinstance(receiver, QtCore.QTimer):  # whose timer
+                        owner = receiver.parent()
+                        key += f" of {type(owner).__name__ if owner is not None else '-'}"
                     ACC[key] += spent - inner
                     CALLS[key] += 1
 
     QtWidgets.QApplication = CountingApp  # looked up when the window makes its application
+
+
+def _count_items() -> None:
+    """Each graphics item's ``paint`` and the view's background and items, inside the plots' Qt paint."""
+    import pyqtgraph as pg
+
+    from kvinspect.gui.graphics import (
+        axes,
+        curve,
+        event_markers,
+        grid_lines,
+        heatmap,
+        horizontal_lines,
+        legend,
+        marker_lines,
+        regions,
+    )
+
+    classes = {pg.ViewBox, pg.PlotItem, pg.AxisItem, pg.LabelItem, pg.GraphicsLayout}
+    for mod in (axes, curve, event_markers, grid_lines, heatmap, horizontal_lines, legend, marker_lines, regions):
+        classes.update(c for c in vars(mod).values() if isinstance(c, type) and "paint" in vars(c))
+    for cls in sorted(classes, key=lambda c: c.__name__):
+        if "paint" in vars(cls):
+            _wrap(cls, "paint", f"    item {cls.__name__}.paint")
 
 
 def _install() -> None:
@@ -131,5 +158,7 @@ if __name__ == "__main__":
     if os.environ.get("KVINSPECT_PARTS_EVENTS") == "1":
         _count_events()
     _install()
+    if os.environ.get("KVINSPECT_PARTS_ITEMS") == "1":
+        _count_items()
     atexit.register(report)
     runpy.run_module("kvinspect", run_name="__main__", alter_sys=True)

@@ -23,7 +23,8 @@ Goals (window-CPU issue): window ≤ 0.02 cores streaming, ≤ 0.002 idle. Nothi
 plots' render and each lane, the plots' Qt paint, the transcript, the stream reads: ``_window_parts.py``)
 over the streaming span and prints cores, calls a second and ms a call of each; cProfile inflates a
 paint's many small calls, these counters do not. ``--events`` adds the split by the Qt event being
-delivered (what Qt itself does between those parts).
+delivered (what Qt itself does between those parts); ``--items`` the split of the plots' Qt paint by the
+graphics item painted.
 
 ``--profile`` runs the window under ``python -m cProfile`` with ``--exit-when-done`` (the streaming
 phase only: the profile is written when the window exits) and prints its top entries.
@@ -194,6 +195,8 @@ def parts(script: Path, folder: Path, base_env: dict, args) -> None:
     env["PYTHONPATH"] = str(ROOT)
     if args.events:
         env["KVINSPECT_PARTS_EVENTS"] = "1"
+    if args.items:
+        env["KVINSPECT_PARTS_ITEMS"] = "1"
     cmd = [sys.executable, str(Path(__file__).resolve().parent / "_window_parts.py"), *_done_when_finished(script, args)]
     p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     lines = p.stderr.splitlines()
@@ -240,6 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", action="store_true", help="count the GUI thread's CPU in the window's parts")
     ap.add_argument("--events", action="store_true", help="with --parts: also split the GUI thread's CPU by the Qt "
                     "event delivered")
+    ap.add_argument("--items", action="store_true", help="with --parts: also count each graphics item's paint in "
+                    "the plots' Qt paint")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--baseline", default=None, help="another checkout (e.g. `git archive` of the commit before) "
                     "whose window runs interleaved with this one's, run by run")
@@ -255,7 +260,7 @@ def main(argv=None) -> int:
         if args.profile:
             profile(script, tmp / "profile", env, args)
             return 0
-        if args.parts or args.events:
+        if args.parts or args.events or args.items:
             parts(script, tmp / "parts", env, args)
             return 0
         print(f"window_cpu: {args.model} on {args.device}, script {script.name}, window on {env['DISPLAY']} (xcb), "

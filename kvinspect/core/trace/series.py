@@ -177,6 +177,11 @@ MEAN_SEEN, MEAN_STORED, KV_TOTAL, RSS, ACCEL_ALLOC, ACCEL_RESERVED = range(6)
 FIXED = 6
 
 
+def _project(first: float, last: float, span: int, steps: int) -> float:
+    """``last`` ``steps`` steps on, at the mean rate from ``first`` ``span`` steps before it (never down)."""
+    return last + max((last - first) / span, 0.0) * steps
+
+
 class RecordSeries:
     """Everything the plots need from one record, kept up to date by :meth:`update`."""
 
@@ -282,6 +287,41 @@ class RecordSeries:
 
     def device_columns(self) -> list[tuple[str, int]]:
         return [(name, FIXED + j) for j, name in enumerate(self.devices)]
+
+    # -- a running turn's reach ---------------------------------------------------------------
+    def turn_ahead(self, horizon: int) -> tuple[int, int]:
+        """(the steps the running turn may still take, at most ``horizon``; its first step).
+
+        A turn takes at most ``max_new_tokens`` forward passes (its settings, from its turn_start
+        line); (0, n) when no turn runs or its budget is unknown."""
+        with self.record.lock:
+            turn = self.record.turns[-1] if self.record.turns else None
+        if turn is None or turn.status != "running":
+            return 0, self.n
+        budget = turn.settings.get("max_new_tokens") if isinstance(turn.settings, dict) else None
+        if type(budget) is not int or budget <= 0:
+            return 0, self.n
+        return max(0, min(turn.first_step + budget - self.n, horizon)), turn.first_step
+
+    def projected(self, col: int, steps: int, since: int) -> float | None:
+        """The curves' column ``col`` ``steps`` steps after the last one, at its mean rate per step
+        since step ``since`` (a turn's prefill: the rate counts only the steps after it, a prompt's
+        jump is not a rate). None without two steps to measure or none to project; never below the
+        last value."""
+        n = self._curves_n
+        if steps <= 0 or since < 0 or n - 1 <= since:
+            return None
+        raw = self._curve_raw.view
+        return _project(float(raw[since, col]), float(raw[n - 1, col]), n - 1 - since, steps)
+
+    def projected_longest(self, steps: int, since: int) -> float | None:
+        """:meth:`projected` for the longest stored length of any layer (the heatmap's scale)."""
+        stored = self._raw_views.get("stored")
+        n = self.n
+        if stored is None or steps <= 0 or since < 0 or n - 1 <= since or len(stored) < n:
+            return None
+        return _project(float(stored[since].max(initial=0)), float(stored[n - 1].max(initial=0)), n - 1 - since,
+                        steps)
 
     # -- point reads (hover) -----------------------------------------------------------------
     def at(self, step: int, layer: int) -> dict | None:

@@ -86,13 +86,15 @@ class HeatmapLane:
         self.axis.set_kinds(layer_kinds(record))
         self._mark_no_tokens(layer_kinds(record))
 
-    def refresh(self, s: RecordSeries, a: float, b: float, cols: int, growing: bool = False) -> int:
+    def refresh(self, s: RecordSeries, a: float, b: float, cols: int, growing: bool = False,
+                reach: float | None = None) -> int:
         """Draw steps ``a``…``b``; returns the top of the colour scale (the largest stored length in view).
 
         Scaled to the view, not the whole record: one runaway turn (a cache fed with
         use_cache=False holds thousands of rows) would otherwise paint every other turn flat.
         ``growing`` (a generation streams): the top moves in steps with headroom, as the step axis
         does, so a new token does not recolour every cell; at rest it is the largest length again.
+        ``reach``: the longest length a running turn may get to (the scale takes it in).
         """
         h = self.plot.getViewBox().height()
         if abs(h - self._tick_h) > 1:
@@ -112,8 +114,9 @@ class HeatmapLane:
         # grows the cells keep their colours, so only the newest column is mapped again and most
         # frames upload nothing.
         if growing:
-            if not (top <= self._scale_top <= top * 2.5):
-                self._scale_top = growth_ceiling(top * 1.15)
+            need = max(top, reach or 0.0)
+            if not (need <= self._scale_top <= need * 2.5):
+                self._scale_top = growth_ceiling(max(top * 1.15, need))  # (a reach is a bound: no headroom)
             top = int(self._scale_top)
         elif not (top <= self._scale_top <= top * (1 + 2 / 256)):
             self._scale_top = top * (1 + 1 / 256)

@@ -37,6 +37,7 @@ from kvinspect.gui.lanes.reached_regions import region_spans
 from kvinspect.gui.lanes.tokens_lane import TokensLane
 
 _VIEW_ITEMS = (Curve, Heatmap, RegionsItem, ViewSpan, pg.InfiniteLine)
+AHEAD_STEPS = 512  # a running turn's ranges take in this many of its steps to come at most
 MAX_LINES = 200  # turn/recreate lines drawn as items; beyond that only the most recent
 MARKER_Y = (0.2, 0.52)  # rows in the event lane (0..1) for events at one step; turn labels sit on top
 
@@ -75,6 +76,7 @@ class PlotsWidget(QtWidgets.QWidget):
         self._turns_key = None
         self._theme = th.DARK
         self._follow_top: float | None = None
+        self._ahead_turn: int | None = None  # the first step of the running turn whose reach the view takes in
         self._growing = False
         self._rendering = False  # inside render(): what it changes (a record, a follow step) it draws itself
         self._spans_memo: dict = {}
@@ -262,12 +264,19 @@ class PlotsWidget(QtWidgets.QWidget):
         n = s.n if step is None else min(s.n, step + 1)
         vb = self.heat.plot.getViewBox()
         stepped = False  # the view grew by a step while a run streams
+        # A running turn's ranges take in where it may get to (its max_new_tokens, AHEAD_STEPS at
+        # most): a range step repaints lanes whole (3–8 ms against a strip's 1–2), and a turn that
+        # grew its ranges as it went stepped them five to ten times.
+        ahead, since = s.turn_ahead(AHEAD_STEPS) if self.growing and self.follow and step is None else (0, n)
+        new_turn = ahead > 0 and since != self._ahead_turn  # its reach is taken in at once
+        self._ahead_turn = since if ahead else None
         if self.follow:
             # While generating, grow the view in steps, not every frame: axes keep their cached
             # ticks and the picture stays calm. At rest, fit the data exactly.
             top = self._follow_top
-            want = max(64.0, growth_ceiling(n * 1.15)) if self.growing else max(16.0, float(n))
-            if top is None or n > top or n < 0.4 * top or (not self.growing and top != want):
+            reach = n + ahead
+            want = max(64.0, growth_ceiling(max(n * 1.15, reach))) if self.growing else max(16.0, float(n))
+            if top is None or n > top or reach < 0.4 * top or ((new_turn or not self.growing) and top != want):
                 top = self._follow_top = want
                 stepped = self.growing
                 self.heat.plot.setXRange(0, top, padding=0)
@@ -285,10 +294,11 @@ class PlotsWidget(QtWidgets.QWidget):
             self._invalidate()
         b = min(b, n - 1) if n else b
         self.placeholder.setVisible(n == 0)
-        top = self.heat.refresh(s, a, b, cols, growing=self.growing and step is None)
+        top = self.heat.refresh(s, a, b, cols, growing=self.growing and step is None,
+                                reach=s.projected_longest(ahead, since))
         self.scale_hi.setText(f"{top:,}" if n else "")
         # Curves: one min/max bin per 2 px is as sharp as the eye can tell, at half the points to stroke.
-        self.tokens.refresh(s, a, b, max(cols // 2, 50))
+        self.tokens.refresh(s, a, b, max(cols // 2, 50), reach=s.projected(MEAN_SEEN, ahead, since))
         with record.lock:
             turns = list(record.turns)
             events_n = len(record.events)
@@ -297,7 +307,7 @@ class PlotsWidget(QtWidgets.QWidget):
             # Replay: what had happened by the step; a turn's peak is known once it ended.
             turns = [t for t in turns if t.first_step <= step]
             finished = [t for t in turns if t.status != "running" and t.end_step - 1 <= step]
-        self.memory.refresh(s, record, finished, a, b, max(cols // 2, 50))
+        self.memory.refresh(s, record, finished, a, b, max(cols // 2, 50), ahead=ahead, since=since)
         self._update_overlays(record, turns, events_n, n, force, step)
         # pyqtgraph applies a new range to its items' transform only when the view paints, and the
         # items it moves are then marked dirty in the middle of that paint: Qt painted the view a

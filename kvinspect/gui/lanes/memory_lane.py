@@ -140,13 +140,18 @@ class MemoryLane:
             self.legend.addItem(self.alloc, "accel allocated")
             self.legend.addItem(self.reserved, "accel reserved")
 
-    def refresh(self, s: RecordSeries, record, turns, a: float, b: float, cols: int) -> None:
+    def refresh(self, s: RecordSeries, record, turns, a: float, b: float, cols: int, ahead: int = 0,
+                since: int = 0) -> None:
+        """Draw steps ``a``…``b``; the KV range takes in the bytes ``ahead`` more steps may hold, at
+        their rate since step ``since`` (a running turn's)."""
         if s.curves.n == 0:
             return
         self._ensure_stack(s)
         win = s.curves.window(a, b, cols)
         cols_dev = [col for _, col in s.device_columns()]
         kv_top = float(win[2][:, cols_dev[-1]].max(initial=0)) if cols_dev else 0.0
+        if cols_dev:
+            kv_top = max(kv_top, s.projected(cols_dev[-1], ahead, since) or 0.0)
         self._set_retained(record, turns)
         new = self.kv_range.fit(0, max(kv_top, self._retained_top, 1024))  # ranges first: curves follow their pixels
         if new is not None:

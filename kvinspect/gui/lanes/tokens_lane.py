@@ -149,7 +149,8 @@ class TokensLane:
                 continue
             self.layer_curves[i] = self._curve(f"L{i} {k}", pg.mkPen(color, width=1.6))
 
-    def refresh(self, s: RecordSeries, a: float, b: float, cols: int) -> None:
+    def refresh(self, s: RecordSeries, a: float, b: float, cols: int, reach: float | None = None) -> None:
+        """Draw steps ``a``…``b``; ``reach``: the tokens seen a running turn may get to (the y range takes it in)."""
         if s.curves.n == 0:
             return
         win = s.curves.window(a, b, cols)
@@ -157,6 +158,7 @@ class TokensLane:
         top = float(win[2][:, MEAN_SEEN].max(initial=0))
         for _x0, _stride, hi, _lo in layers.values():
             top = max(top, float(hi[:, 1].max(initial=0)))
+        top = max(top, reach or 0.0)
         # A window line joins the range once the data come near it (a 4096 window must not squash 300 tokens).
         top = max([top] + [w for w in self.windows if top >= 0.5 * w])
         new = self.yrange.fit(0, top)  # the range first: the curves are drawn to its pixels

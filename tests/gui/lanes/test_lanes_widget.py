@@ -528,6 +528,51 @@ def test_a_growing_run_steps_its_ranges_coarsely_and_each_frame_paints_once(qtbo
     assert w.heat.plot.getViewBox().viewRange()[0][1] == steps
 
 
+def test_a_running_turn_s_ranges_take_in_its_budget_at_its_start_and_its_frames_repaint_strips(qtbot):
+    """A turn whose budget (``max_new_tokens``) is known sizes the step axis, the lanes' y ranges and the
+    heatmap's colour scale for where it may get to as it starts (the y ranges once its rate is
+    measured, a step after its prefill): none of them steps again while it streams, so every later
+    frame repaints a strip, not lanes whole. At rest the view fits the data again."""
+    from kvinspect.core.trace.record import TurnRecord
+    from kvinspect.core.trace.series import KV_TOTAL, MEAN_SEEN
+
+    steps, layers, grow = 640, 8, 600  # a turn of 40 steps, then one of 600 streams
+    rec, cols, w, app = _growing_plots(qtbot, steps, layers, grow)
+    turn = TurnRecord(index=1, first_step=steps - grow, end_step=steps - grow, status="running",
+                      settings={"max_new_tokens": grow})
+    with rec.lock:
+        rec.turns[:] = [TurnRecord(index=0, first_step=0, end_step=steps - grow, status="ok"), turn]
+    viewport = w.view.viewport()
+    area = _painted_areas(viewport)
+    whole = viewport.width() * viewport.height()
+    ranges, areas = [], []
+    for at in range(steps - grow, steps, 8):
+        rec.append_columns({k: v[at: at + 8] for k, v in cols.items()})
+        area.areas.clear()
+        w.render(rec)
+        for _ in range(3):
+            app.sendPostedEvents()
+            app.processEvents()
+        areas.append(sum(area.areas))
+        ranges.append((w.heat.plot.getViewBox().viewRange()[0][1], w.tokens.yrange.hi, w.memory.kv_range.hi,
+                       w.heat._scale_top))
+    viewport.removeEventFilter(area)
+    assert ranges[0][0] == 1000  # the step axis: the turn's end (640) from its first frame
+    assert len(set(ranges[1:])) == 1, ranges  # from its second frame on, nothing steps
+    x, tokens, kv, colours = ranges[-1]
+    last = w.series.curve_row(steps - 1)
+    assert tokens >= last[MEAN_SEEN] and kv >= last[KV_TOTAL] and colours >= w.series.vmax
+    # Later frames repaint strips; one repaints the curves' lanes whole, where their steps first bin two
+    # to a point (the data's own doing). Growing as it went, the turn repainted lanes whole in 15 frames.
+    big = [i for i, a in enumerate(areas) if a > 0.2 * whole]
+    assert big[0] == 0 and len(big) <= 2, [(i, round(areas[i] / whole, 2)) for i in big]
+    turn.status, turn.end_step = "ok", steps
+    w.growing = False  # at rest: a tight fit again
+    w.refit()
+    w.render(rec)
+    assert w.heat.plot.getViewBox().viewRange()[0][1] == steps
+
+
 def test_a_new_record_is_drawn_by_its_render_without_asking_for_the_interactive_rate(qtbot):
     """A record swap resizes, fits and picks layers inside render(), which draws all of it: no
     wantsPaint (the window would paint at 60 Hz for half a second, as for a drag, while the first
