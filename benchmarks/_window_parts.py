@@ -67,7 +67,7 @@ def _count_events() -> None:
                     if name is None:
                         name = names[et] = getattr(et, "name", str(et))
                     key = f"event {name} → {type(receiver).__name__}"
-                    if isinstance(receiver, QtCore.QTimer):  # whose timer
+                    if type(receiver) in (QtCore.QTimer, QtWidgets.QWidget):  # whose timer, whose viewport
                         owner = receiver.parent()
                         key += f" of {type(owner).__name__ if owner is not None else '-'}"
                     ACC[key] += spent - inner
