@@ -43,6 +43,13 @@ class StatusText(QtWidgets.QWidget):
             self.updateGeometry()
         self.update()
 
+    def fit(self) -> None:
+        """Narrow to the text shown (it only widens otherwise): at rest, as a new label of that text would be."""
+        width = self.fontMetrics().horizontalAdvance(self._text)
+        if width != self._width:
+            self._width = width
+            self.updateGeometry()
+
     def sizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt's name
         fm = self.fontMetrics()
         return QtCore.QSize(self._width + 2 * self._margin, fm.height() + 2)

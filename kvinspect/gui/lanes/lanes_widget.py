@@ -76,6 +76,7 @@ class PlotsWidget(QtWidgets.QWidget):
         self._turns_key = None
         self._theme = th.DARK
         self._follow_top: float | None = None
+        self._refitted = False  # refit() asked for a view as a fresh one would draw it
         self._ahead_turn: int | None = None  # the first step of the running turn whose reach the view takes in
         self._growing = False
         self._rendering = False  # inside render(): what it changes (a record, a follow step) it draws itself
@@ -297,6 +298,9 @@ class PlotsWidget(QtWidgets.QWidget):
         top = self.heat.refresh(s, a, b, cols, growing=self.growing and step is None,
                                 reach=s.projected_longest(ahead, since))
         self.scale_hi.setText(f"{top:,}" if n else "")
+        if self._refitted:  # a turn's end: the scale's text as wide as a fresh view's, not the widest it showed
+            self._refitted = False
+            self.scale_hi.fit()
         # Curves: one min/max bin per 2 px is as sharp as the eye can tell, at half the points to stroke.
         self.tokens.refresh(s, a, b, max(cols // 2, 50), reach=s.projected(MEAN_SEEN, ahead, since))
         with record.lock:
@@ -326,6 +330,7 @@ class PlotsWidget(QtWidgets.QWidget):
         for r in (self.tokens.yrange, self.memory.kv_range, self.memory.proc_range):
             r.reset()
         self._stamp = None
+        self._refitted = True
 
     def set_follow(self, on: bool) -> None:
         self.follow = bool(on)
