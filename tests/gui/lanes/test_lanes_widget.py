@@ -489,6 +489,32 @@ def test_lane_axes_key_sees_a_style_changed_in_place(qtbot):
 
 
 
+def _live_frames(rec, cols, w, app, area, steps: int, per: int):
+    """Append ``per`` of ``cols``' steps a frame, from the record's end up to ``steps``, as an engine would,
+    and paint each frame: yields after each, with its paints' areas in ``area.areas``."""
+    for at in range(rec.n_steps, steps, per):
+        rec.append_columns({k: v[at: at + per] for k, v in cols.items()})
+        area.areas.clear()
+        w.render(rec)
+        for _ in range(3):
+            app.sendPostedEvents()
+            app.processEvents()
+        yield
+
+
+def _ranges(w) -> tuple:
+    """The step axis' top, the tokens and KV lanes' y tops and the heatmap's colour scale's top."""
+    return w.heat.plot.getViewBox().viewRange()[0][1], w.tokens.yrange.hi, w.memory.kv_range.hi, w.heat._scale_top
+
+
+def _fits_at_rest(w, rec, steps: int) -> bool:
+    """The run has ended: its view fits the data tightly again."""
+    w.growing = False
+    w.refit()
+    w.render(rec)
+    return w.heat.plot.getViewBox().viewRange()[0][1] == steps
+
+
 def test_a_growing_run_steps_its_ranges_coarsely_and_each_frame_paints_once(qtbot):
     """While a run grows, the step axis, the lanes' y ranges and the heatmap's colour scale move in
     coarse steps (each step repaints lanes whole); a frame whose range stepped is still painted once
@@ -500,18 +526,10 @@ def test_a_growing_run_steps_its_ranges_coarsely_and_each_frame_paints_once(qtbo
     area = _painted_areas(w.view.viewport())
     ranges = {"x": set(), "tokens": set(), "kv": set(), "colours": set()}
     per_frame = []
-    for at in range(steps - grow, steps):
-        rec.append_columns({k: v[at: at + 1] for k, v in cols.items()})
-        area.areas.clear()
-        w.render(rec)
-        for _ in range(3):
-            app.sendPostedEvents()
-            app.processEvents()
+    for _ in _live_frames(rec, cols, w, app, area, steps, 1):
         per_frame.append(len(area.areas))
-        ranges["x"].add(w.heat.plot.getViewBox().viewRange()[0][1])
-        ranges["tokens"].add(w.tokens.yrange.hi)
-        ranges["kv"].add(w.memory.kv_range.hi)
-        ranges["colours"].add(w.heat._scale_top)
+        for name, top in zip(ranges, _ranges(w), strict=True):
+            ranges[name].add(top)
     w.view.viewport().removeEventFilter(area)
     assert max(per_frame) == 1, per_frame
     # 40 → 640 steps: 64, 100, 200, 300, 500, 1000 (the fine series would take 12 steps)
@@ -522,10 +540,7 @@ def test_a_growing_run_steps_its_ranges_coarsely_and_each_frame_paints_once(qtbo
         # (the fine series would have stepped 100 → 120 → 150).
         assert len(values) >= 3 and all(growth_ceiling(v) == v for v in values), (name, values)
         assert all(growth_ceiling(a * 1.01) == b for a, b in zip(values, values[1:])), (name, values)
-    w.growing = False  # at rest: a tight fit again
-    w.refit()
-    w.render(rec)
-    assert w.heat.plot.getViewBox().viewRange()[0][1] == steps
+    assert _fits_at_rest(w, rec, steps)
 
 
 def test_a_running_turn_s_ranges_take_in_its_budget_at_its_start_and_its_frames_repaint_strips(qtbot):
@@ -546,16 +561,9 @@ def test_a_running_turn_s_ranges_take_in_its_budget_at_its_start_and_its_frames_
     area = _painted_areas(viewport)
     whole = viewport.width() * viewport.height()
     ranges, areas = [], []
-    for at in range(steps - grow, steps, 8):
-        rec.append_columns({k: v[at: at + 8] for k, v in cols.items()})
-        area.areas.clear()
-        w.render(rec)
-        for _ in range(3):
-            app.sendPostedEvents()
-            app.processEvents()
+    for _ in _live_frames(rec, cols, w, app, area, steps, 8):
         areas.append(sum(area.areas))
-        ranges.append((w.heat.plot.getViewBox().viewRange()[0][1], w.tokens.yrange.hi, w.memory.kv_range.hi,
-                       w.heat._scale_top))
+        ranges.append(_ranges(w))
     viewport.removeEventFilter(area)
     assert ranges[0][0] == 1000  # the step axis: the turn's end (640) from its first frame
     assert len(set(ranges[1:])) == 1, ranges  # from its second frame on, nothing steps
@@ -567,10 +575,7 @@ def test_a_running_turn_s_ranges_take_in_its_budget_at_its_start_and_its_frames_
     big = [i for i, a in enumerate(areas) if a > 0.2 * whole]
     assert big[0] == 0 and len(big) <= 2, [(i, round(areas[i] / whole, 2)) for i in big]
     turn.status, turn.end_step = "ok", steps
-    w.growing = False  # at rest: a tight fit again
-    w.refit()
-    w.render(rec)
-    assert w.heat.plot.getViewBox().viewRange()[0][1] == steps
+    assert _fits_at_rest(w, rec, steps)
 
 
 def test_a_new_record_is_drawn_by_its_render_without_asking_for_the_interactive_rate(qtbot):
