@@ -11,6 +11,9 @@ over the span is also split by the Qt event being delivered (its type and receiv
 exclusive of nested deliveries): what Qt does outside the counted Python parts (painting plain
 widgets, composing and flushing the window to the X server, timers, socket reads). A Python
 ``notify`` on every event costs a few microseconds each, so this figure runs a little high.
+
+Each turn's first token on screen is printed too: the wall time from its ``turn_start`` line's
+arrival to the transcript's first append of its reply (a paint's), beside the engine's own TTFT.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ CALLS: collections.Counter = collections.Counter()
 START: dict[str, float] = {}  # the clocks at the first turn_start line
 END: dict = {}  # the clocks and the counters at the last turn line seen
 EVENTS_SHOWN = 30
+FIRST: list[dict] = []  # a turn each: its turn_start line's arrival, its first token's paint, its TTFT
 
 
 def _wrap(cls, name: str, key: str) -> None:
@@ -70,6 +74,13 @@ def _count_events() -> None:
                     if type(receiver) in (QtCore.QTimer, QtWidgets.QWidget):  # whose timer, whose viewport
                         owner = receiver.parent()
                         key += f" of {type(owner).__name__ if owner is not None else '-'}"
+                    elif isinstance(receiver, QtWidgets.QDockWidget):  # which dock
+                        key += f" {receiver.objectName() or receiver.windowTitle()!r}"
+                    elif type(receiver).__name__ in ("QObject", "QEvent"):  # a wrapper PySide could not type
+                        try:
+                            key += f" ({receiver.metaObject().className()} {receiver.objectName()!r})"
+                        except (AttributeError, RuntimeError):
+                            pass
                     ACC[key] += spent - inner
                     CALLS[key] += 1
 
@@ -123,8 +134,20 @@ def _install() -> None:
                            (EngineClient, "_on_stdout", "stream reads"), (LiveTrace, "feed_line", "  trace lines")):
         _wrap(cls, name, key)
     feed = LiveTrace.feed_line
+    append = ChatPanel.append_tokens
+
+    def first_on_screen(self, text):
+        if text and FIRST and "shown" not in FIRST[-1]:
+            FIRST[-1]["shown"] = time.monotonic()
+        return append(self, text)
+
+    ChatPanel.append_tokens = first_on_screen
 
     def mark_span(self, kind, obj, raw):
+        if kind == "turn_start":
+            FIRST.append({"start": time.monotonic()})
+        elif kind == "turn" and FIRST and isinstance(obj, dict):
+            FIRST[-1]["ttft"] = obj.get("ttft_s")
         if kind == "turn_start" and not START:
             START.update(t=time.thread_time(), p=time.process_time(), w=time.monotonic())
         elif kind == "turn" and START:
@@ -143,6 +166,11 @@ def report() -> None:
     wall = END["w"] - START["w"]
     print(f"parts: {wall:.1f} s streaming; GUI thread {(END['t'] - START['t']) / wall:.4f} cores, process "
           f"{(END['p'] - START['p']) / wall:.4f} cores", file=sys.stderr)
+    for i, f in enumerate(FIRST):
+        shown = f"{1e3 * (f['shown'] - f['start']):.0f} ms" if "shown" in f else "never"
+        ttft = f"{1e3 * f['ttft']:.0f} ms" if isinstance(f.get("ttft"), (int, float)) else "-"
+        print(f"  turn {i + 1}: first token on screen {shown} after its turn_start line (engine TTFT {ttft})",
+              file=sys.stderr)
     rows = sorted(END["acc"].items(), key=lambda kv: -kv[1])
     events = [kv for kv in rows if kv[0].startswith("event ")]
     if events:

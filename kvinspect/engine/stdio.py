@@ -12,7 +12,10 @@ blocks into one block, heartbeats into the latest) and writes the batch in a sin
 tokens and step blocks wait up to ``batch_s`` to be batched (and ``gather_s`` at least, so that a
 step's block and its token go out together), replies and trace lines go out at once, with whatever
 waited before them. ``batch_s`` is the window's paint interval once it says it (the ``pace``
-signal). A heartbeat is not written while other lines stream: any line shows the engine alive.
+signal); the pace runs from the last streamed batch of the same turn, so a turn's first token and
+step block go out as soon as its prefill ends, not one interval after its ``turn_start`` line (a
+person waits for that token). A heartbeat is not written while other lines stream: any line
+shows the engine alive.
 A window that falls behind therefore makes batches bigger; it never slows the model down.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import queue
 import sys
@@ -37,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: Kinds that may wait a little to be batched with others (everything else is written at once).
 LAZY = frozenset({"token", "steps", "heartbeat", "progress", "compare_progress"})
+#: Lazy kinds that set the pace of the next: a batch of them is followed by the next no sooner than ``batch_s``.
+PACED = LAZY - {"heartbeat"}
 
 
 def take_stdio() -> tuple[IO[bytes], IO[bytes]]:
@@ -126,6 +132,7 @@ class LineWriter:
         self.writes = 0
         self.broken = False
         self._last_write = 0.0
+        self._paced_from = -math.inf  # the last batch of streamed lines went out then (-inf: a turn starts)
         self._thread = threading.Thread(target=self._run, name="kvinspect-engine-writer", daemon=True)
         self._thread.start()
 
@@ -174,7 +181,7 @@ class LineWriter:
                 # A lazy line waits a little for its companions (a step's block and its token are
                 # sent a millisecond or so apart): one write, so one read and one paint in the window.
                 now = time.monotonic()
-                wait = max(self._last_write + self.batch_s, now + self.gather_s) - now
+                wait = max(self._paced_from + self.batch_s, now + self.gather_s) - now
                 if kind == "heartbeat" and now - self._last_write < self.quiet_s:
                     wait = 0.0  # (a heartbeat alone after a recent line says nothing new: see below)
             batch = [item]
@@ -216,6 +223,12 @@ class LineWriter:
                     self.on_broken()
                 return
             self._last_write = time.monotonic()
+            for x in batch:
+                k = _kind(x)
+                if k == "turn_start":
+                    self._paced_from = -math.inf  # the turn's first output waits for no pace
+                elif k in PACED:
+                    self._paced_from = self._last_write
             self.writes += 1
             self.lines_written += len(lines)
 

@@ -1,7 +1,8 @@
 """The window's pace: the engine sends its step blocks and tokens as often as the window paints.
 
 A window that paints three times a second reads and decodes three batches a second, not one line
-per token; a reply or a turn's line still goes out at once, with what waited before it.
+per token; a reply or a turn's line still goes out at once, with what waited before it, and a turn's
+first output waits for no pace (a person waits for its first token).
 """
 
 from __future__ import annotations
@@ -112,3 +113,28 @@ def test_paced_tokens_go_out_together():
     assert len(pipe.writes) == 1  # not one write per token
     lines = [json.loads(x) for x in pipe.writes[0].splitlines()]
     assert [x["type"] for x in lines] == ["token"] and lines[0]["text"] == "".join(f"{i} " for i in range(20))
+
+
+def test_a_turn_s_first_output_waits_for_no_pace_and_the_next_waits_for_the_pace():
+    pipe = _Pipe()
+    w = LineWriter(pipe, batch_s=3600, gather_s=0.01)  # a pace longer than the test
+    w.send(Token(0, "a"))  # the first output of a turn
+    w.send({"type": "turn", "index": 0, "status": "ok"})  # a turn's lines go out at once
+    w.send({"type": "turn_start", "index": 1})
+    for _ in range(600):
+        if sum(x.count(b"\n") for x in pipe.writes) >= 3:
+            break
+        time.sleep(0.1)
+    w.send(Token(1, "b"))  # the next turn's first token: not an hour after the last write
+    for _ in range(600):
+        if b'"b"' in b"".join(pipe.writes):
+            break
+        time.sleep(0.1)
+    assert b'"b"' in b"".join(pipe.writes), "a turn's first token waited for the pace"
+    w.send(Token(1, "c"))  # after a streamed batch of the same turn: the pace (an hour, ended by close)
+    time.sleep(0.2)
+    assert b'"c"' not in b"".join(pipe.writes)
+    w.close()
+    lines = [json.loads(x) for x in b"".join(pipe.writes).splitlines()]
+    assert [(x["type"], x.get("text")) for x in lines] == [("token", "a"), ("turn", None), ("turn_start", None),
+                                                             ("token", "b"), ("token", "c")]

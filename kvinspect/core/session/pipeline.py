@@ -11,6 +11,7 @@ snapshot's fields, the detectors, ``turn_failed``, the checklist, and the messag
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -134,8 +135,9 @@ class TurnPipeline:
         # moved the cache or allocated memory since the last one.
         self.probe.check_devices()
         self.memory.expire()
-        # The turn's first block after one interval, not at its first forward (the clock ran on between turns).
-        self._flush_at = time.perf_counter() + self.flush_every_s
+        # The turn's first block goes at its first forward (the prefill's end: the window shows the turn's
+        # first token with it), the next one interval later.
+        self._flush_at = -math.inf
         if self.owns_peak:
             self.memory.reset_peak()
         self.stream.turn_started(turn)

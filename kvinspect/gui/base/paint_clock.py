@@ -23,7 +23,9 @@ stream then comes at that pace (one read and one step block a paint).
 
 While the engine prefills a prompt the clock is held (:meth:`hold`): the turn's start is painted
 with its first step or token (:meth:`release`), or after :data:`PREFILL_HOLD_S`, not in the middle of
-the prefill, which wants every core and whose length is the turn's time to first token.
+the prefill, which wants every core and whose length is the turn's time to first token. That first
+output is painted one :data:`LIVE_MS` after it came, not one live interval after the last turn's
+end was painted: a person is waiting for it.
 
 ``now`` and ``cpu`` are injectable so a test can stream a thousand steps in a few milliseconds, give
 each frame the cost it wants, and count paints.
@@ -111,10 +113,12 @@ class PaintClock(QtCore.QObject):
             self._reschedule()
 
     def release(self) -> None:
-        """End a :meth:`hold`: what waited is painted as soon as the rate allows."""
+        """End a :meth:`hold`: what waited (the turn's first output) is painted as soon as its companions
+        are in, however recently the last turn's end was painted: the prefill was a pause of the stream."""
         if self._hold_until == -math.inf:
             return
         self._hold_until = -math.inf
+        self._last = -math.inf
         if self._dirty:
             self._reschedule()
 

@@ -118,14 +118,40 @@ def test_a_block_mixes_full_reads_and_groupings(name):
 def test_the_record_takes_a_block_at_most_every_pending_max_forwards(monkeypatch):
     monkeypatch.setattr(pipeline_mod, "PENDING_MAX", 16)
     pipe, turn, record, truth, _, in_record = _observed_generation("tiny-llama")
-    # Without a flush (the interval is an hour) the record lags by fewer than PENDING_MAX forwards.
-    assert in_record[:15] == [0] * 15 and in_record[15] == 16 and in_record[31] == 32
+    # The turn's first forward (its prefill's end) goes at once; then, without a flush (the interval is
+    # an hour), the record lags by fewer than PENDING_MAX forwards.
+    assert in_record[:16] == [1] * 16 and in_record[16] == 17 and in_record[32] == 33
     assert all(i + 1 - n < 16 for i, n in enumerate(in_record))
     ctx = TurnContext(turn_index=0, policy="reuse", cache_impl="dynamic", cached_before=0, prompt=[],
                       prev_cache_id=None, new_ids=[], snapshot=None)
     pipe.finish(turn, ctx, new_ids=[], snapshot=None, t_start=0.0, t_first=None, t_end=1.0,
                 detect=lambda ctx, rec: [])
     assert record.n_steps == turn.end_step == NEW  # a finished turn has all its forwards in the record
+
+
+def test_a_turn_s_first_forward_is_sent_at_once_and_the_next_after_the_interval():
+    """A turn's prefill ends with its first token: its step block goes to the sinks then (the window
+    shows both), not one flush interval later; the next block waits for the interval."""
+    lm = load_cached("tiny-llama")
+    probe = CacheProbe(lm.model.config)
+    record = TraceRecord(probe.n_layers)
+    sent = []
+    pipe = TurnPipeline(record, probe, MemorySampler("cpu"), sinks=[sent.append], flush_every_s=3600.0)
+    blocks = []
+
+    def sink(s):
+        pipe.step(s)
+        blocks.append(sum(m.n for m in sent if m.kind == "steps"))
+
+    ids = torch.tensor([list(range(5, 25))])
+    for turn in range(2):  # the second turn's first forward too, however recently the first turn flushed
+        pipe.begin(TurnRecord(index=turn))
+        blocks.clear()
+        with StepObserver(lm.model, probe, sink, MemorySampler("cpu")), torch.inference_mode():
+            lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                              min_new_tokens=6, do_sample=False, pad_token_id=0)
+        assert blocks == [6 * turn + 1] * 6, blocks  # the prefill's block at once, the rest held by the hour
+        pipe.flush()
 
 
 def test_a_flush_puts_every_kept_forward_in_the_record():

@@ -310,3 +310,26 @@ def test_a_paint_already_due_waits_for_the_prefill_too(qapp):
     time.t += 0.2
     clock.release()
     assert clock.due is not None and clock.due <= time.t + LIVE_MS / 1000
+
+
+def test_a_turn_s_first_output_waits_for_its_companions_not_for_the_last_turn_s_end(qapp):
+    """Dear frames (the slowest live rate), the last turn's end just painted, the next prompt sent at once:
+    its first output is painted one companion wait after it came, not one live interval after that end."""
+    time = FakeTime()
+    clock, painted = _costly_clock(time, 0.012)
+    _stream(clock, time, 100, 1 / 20)
+    assert clock.live_interval() == SLOWEST_LIVE_MS / 1000
+    clock.mark()  # the turn's end
+    time.t = clock.due
+    clock.flush()
+    ended = time.t
+    clock.hold()  # the next prompt, sent once the end is drawn
+    clock.mark()  # its turn_start line
+    time.t = ended + 0.1  # a short prefill: its first step block and token
+    clock.release()
+    clock.mark()
+    assert abs(clock.due - (time.t + LIVE_MS / 1000)) < 1e-9
+    time.t = clock.due
+    clock.flush()
+    clock.mark()  # the next batch: the live rate again
+    assert abs(clock.due - (time.t + SLOWEST_LIVE_MS / 1000)) < 1e-9
