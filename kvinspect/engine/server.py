@@ -6,7 +6,7 @@ The **reader** reads the window's lines: Stop and Cancel set flags the moment th
 checks Stop between tokens, loading checks Cancel between stages, a comparison at every token);
 everything else is queued for the request loop. The **writer** (:class:`~.stdio.LineWriter`) owns
 the protocol stdout. A heartbeat thread says every second that the engine is alive and what it is busy
-with, so the window can tell a busy engine from a hung one.
+with (every five seconds while it waits for a request), so the window can tell a busy engine from a hung one.
 
 The engine writes no trace file: the session's stream (header, steps, turn_start, turn, event, devices,
 note, end) goes out on stdout as trace lines, tokens as ``token`` lines; the window appends the trace
@@ -227,7 +227,9 @@ class Engine:
         self.out.send({"type": P.ERROR, "id": rid, "task": task, "message": message})
 
     def _heartbeat_loop(self) -> None:
-        while not self._done.wait(self.heartbeat_s):
+        # (a request that comes during an idle wait is beaten for at most IDLE_HEARTBEAT_S later: its own
+        # lines, a turn's stream or a load's progress, show the engine alive meanwhile)
+        while not self._done.wait(self.heartbeat_s if self.busy else max(self.heartbeat_s, P.IDLE_HEARTBEAT_S)):
             self.out.send({"type": P.HEARTBEAT, "busy": self.busy, "t": round(time.monotonic() - self._t0, 3)})
 
     # -- requests -------------------------------------------------------------------------------------

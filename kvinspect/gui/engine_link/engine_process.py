@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -78,8 +79,10 @@ class EngineClient(QtCore.QObject):
         self._silent = False
         self._started_at = 0.0
         self._last_line = 0.0
+        # Single-shot, armed for the next deadline (the handshake's, or the last line's plus HUNG_AFTER_S):
+        # a timer that polled every second would wake an idle window for nothing.
         self._watch = QtCore.QTimer(self)
-        self._watch.setInterval(1000)
+        self._watch.setSingleShot(True)
         self._watch.timeout.connect(self._on_watch)
 
     # -- lifetime -------------------------------------------------------------------------------------
@@ -97,7 +100,7 @@ class EngineClient(QtCore.QObject):
         p.start()
         if p.waitForStarted(10_000):
             self.send(P.client_hello(__version__, local=self.local))
-            self._watch.start()
+            self._arm_watch(self.hello_timeout_s)
         return self
 
     @property
@@ -167,6 +170,7 @@ class EngineClient(QtCore.QObject):
         if self._silent:
             self._silent = False
             self.responsive.emit()
+            self._arm_watch(self.hung_after_s)
         lines = (self._buf + data).split(b"\n")
         self._buf = lines.pop()
         for raw in lines:
@@ -194,6 +198,7 @@ class EngineClient(QtCore.QObject):
                 self.kill(expected=False, reason=str(exc))
                 return
             self.hello = obj
+            self._arm_watch(self.hung_after_s)
             log.info("engine ready: pid %s on %s, kvinspect %s, protocol %s", obj.get("pid"), obj.get("host"),
                      obj.get("kvinspect"), obj.get("protocol"))
             self.ready.emit(obj)
@@ -262,6 +267,9 @@ class EngineClient(QtCore.QObject):
             log.warning("%s", msg)
             self.exited.emit(EngineExit(expected=False, message=msg))
 
+    def _arm_watch(self, seconds: float) -> None:
+        self._watch.start(max(1, math.ceil(seconds * 1000)))
+
     @QtCore.Slot()
     def _on_watch(self) -> None:
         if not self.running:
@@ -271,8 +279,12 @@ class EngineClient(QtCore.QObject):
             if now - self._started_at > self.hello_timeout_s:
                 self.kill(expected=False, reason=f"the engine did not start: no handshake within "
                                                  f"{self.hello_timeout_s:.0f} s ({' '.join(self.command)})")
+            else:
+                self._arm_watch(self._started_at + self.hello_timeout_s - now)
             return
         silent = now - self._last_line
-        if silent > self.hung_after_s and not self._silent:
+        if silent <= self.hung_after_s:
+            self._arm_watch(self.hung_after_s - silent)
+        elif not self._silent:  # (armed again by the next line)
             self._silent = True
             self.unresponsive.emit(silent)
