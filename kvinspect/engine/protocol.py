@@ -68,7 +68,7 @@ TERMINAL = frozenset({ERROR, CANCELLED, LOADED, FETCHED, TURN_DONE, COMPARED, CO
 #: longer "not responding".
 HEARTBEAT_S = 1.0
 #: ... and while it waits for a request: each heartbeat wakes the window (a read, a decode, Qt's event
-#: loop: about a millisecond of an otherwise idle process), still three times within ``HUNG_AFTER_S``.
+#: loop: one to a few milliseconds of an otherwise idle process), still three times within ``HUNG_AFTER_S``.
 IDLE_HEARTBEAT_S = 5.0
 
 #: Exit status of an engine that refused the window's handshake.

@@ -7,7 +7,7 @@ thread", or a crash). So, as pyqtgraph's ``GarbageCollector`` does, automatic co
 off and a GUI-thread timer collects by the usual thresholds instead.
 
 The timer backs off while nothing needs collecting (an idle window allocates next to nothing, and
-each wake-up costs it about a millisecond of Qt's event loop), from every half second to every
+each wake-up costs it one to a few milliseconds, most of it Qt's event loop), from every half second to every
 :data:`SLOWEST_MS`, and comes back to the half second at the first check that collects.
 
 A loaded model leaves 10^5-10^6 long-lived objects; a full collection over them takes
