@@ -340,6 +340,13 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.chat.begin_turn(index, req.text, req.policy, req.cache_impl, images=req.images)
         self.chat.input.clear()
         self.chat.clear_images()
+        # Lay out and paint what the send changed (the message, the buttons, and the toolbar, which lays
+        # the whole window out again when an action's state changes) before the request reaches the engine
+        # (QProcess writes it from the event loop): not in the middle of the prompt's prefill, which wants
+        # every core and whose length is the turn's time to first token.
+        app = QtWidgets.QApplication.instance()
+        app.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
+        app.sendPostedEvents(self, QtCore.QEvent.Type.UpdateRequest)
         return True
 
     def stop(self) -> None:
