@@ -147,6 +147,48 @@ def test_each_stream_line_is_decoded_once_and_never_by_a_paint(qtbot, window):
     assert in_paint and set(in_paint) == {0}, "a paint decoded a stream line"
 
 
+def test_a_sent_turn_lays_out_and_paints_before_its_request_reaches_the_engine(qtbot, window):
+    """What a send changes (the message, the buttons, the toolbar's relayout of the whole window) is laid
+    out and painted inside ``send``: the request reaches the engine after it, from the event loop, so
+    the prompt's prefill doesn't share the cores with that work."""
+    from PySide6 import QtWidgets
+
+    load(qtbot, window, "tiny-llama")
+    send(qtbot, window, "A first turn, so the second sends into a warm window.", max_new_tokens=4)
+    proc = window.controller.client.proc
+    phase, inside = ["before"], []
+    kinds = {QtCore.QEvent.Type.LayoutRequest: "layout", QtCore.QEvent.Type.UpdateRequest: "paint"}
+
+    class Spy(QtCore.QObject):
+        def eventFilter(self, obj, ev):
+            kind = kinds.get(ev.type())
+            if kind == "paint" and phase[0] == "sending" and obj is window:
+                inside.append(kind)
+            elif kind == "layout" and phase[0] == "sending" and isinstance(obj, QtWidgets.QWidget):
+                inside.append(kind)
+            return False
+
+    def written(_n):
+        phase.append("written")
+
+    spy = Spy()
+    proc.bytesWritten.connect(written)
+    app = QtWidgets.QApplication.instance()
+    app.installEventFilter(spy)
+    try:
+        chat = window.chat
+        with qtbot.waitSignal(window.controller.turnFinished, timeout=TURN_TIMEOUT_MS):
+            phase[0] = "sending"
+            assert window.send(chat.request("The second question?"))
+            phase[0] = "sent"
+            assert "written" not in phase, "the request was written inside send()"
+    finally:
+        app.removeEventFilter(spy)
+        proc.bytesWritten.disconnect(written)
+    assert "written" in phase
+    assert "layout" in inside and inside[-1] == "paint", f"send() left its layout or paint to the event loop: {inside}"
+
+
 @pytest.mark.smollm2
 def test_mid_turn_the_plots_show_what_a_full_repaint_of_them_shows(qtbot, window, smollm2_fetched):
     """Live frames repaint strips; at any moment of a streaming SmolLM2 turn, what the plots' pixmap
