@@ -210,7 +210,7 @@ class RecordSeries:
             devices = list(r.devices)
             if n == self.n and devices == self.devices:
                 return False
-            v = {name: r.col(name) for name in ("seen", "stored", "dev", "nbytes", "rss", "cache_id",
+            v = {name: r.col(name) for name in ("seen", "stored", "dev", "nbytes", "rss", "cache_id", "q_len",
                                                  "accel_allocated", "accel_reserved")}
         self._raw_views = v
         if devices != self.devices:
@@ -303,25 +303,43 @@ class RecordSeries:
             return 0, self.n
         return max(0, min(turn.first_step + budget - self.n, horizon)), turn.first_step
 
+    def _rate_span(self, n: int, since: int) -> tuple[int, int] | None:
+        """(the step a running turn's rate is measured from, the tokens since then) for a turn whose
+        prefill is step ``since`` and whose last step is ``n - 1``.
+
+        Its decode steps once it has one: a prompt's jump is not a rate. Until then, its prefill per
+        prompt token, measured from the step before it when the prefill extended that step's cache
+        (a turn's first frame has only its prefill: without it the y ranges would step a frame later,
+        repainting the lanes whole once more). A new cache object's jump, a static cache's
+        allocation for one, is not a rate either: then none."""
+        if since < 0 or n - 1 < since:
+            return None
+        if n - 1 > since:
+            return since, n - 1 - since
+        cache, q = self._raw_views.get("cache_id"), self._raw_views.get("q_len")
+        if since < 1 or cache is None or q is None or len(q) <= since or cache[since] != cache[since - 1]:
+            return None
+        return (since - 1, int(q[since])) if q[since] > 0 else None
+
     def projected(self, col: int, steps: int, since: int) -> float | None:
-        """The curves' column ``col`` ``steps`` steps after the last one, at its mean rate per step
-        since step ``since`` (a turn's prefill: the rate counts only the steps after it, a prompt's
-        jump is not a rate). None without two steps to measure or none to project; never below the
-        last value."""
+        """The curves' column ``col`` ``steps`` steps after the last one, at the running turn's rate
+        (:meth:`_rate_span`; ``since`` is its prefill). None without a rate or steps to project; never
+        below the last value."""
         n = self._curves_n
-        if steps <= 0 or since < 0 or n - 1 <= since:
+        span = self._rate_span(n, since) if steps > 0 else None
+        if span is None:
             return None
         raw = self._curve_raw.view
-        return _project(float(raw[since, col]), float(raw[n - 1, col]), n - 1 - since, steps)
+        return _project(float(raw[span[0], col]), float(raw[n - 1, col]), span[1], steps)
 
     def projected_longest(self, steps: int, since: int) -> float | None:
         """:meth:`projected` for the longest stored length of any layer (the heatmap's scale)."""
         stored = self._raw_views.get("stored")
         n = self.n
-        if stored is None or steps <= 0 or since < 0 or n - 1 <= since or len(stored) < n:
+        span = self._rate_span(n, since) if steps > 0 and stored is not None and len(stored) >= n else None
+        if span is None:
             return None
-        return _project(float(stored[since].max(initial=0)), float(stored[n - 1].max(initial=0)), n - 1 - since,
-                        steps)
+        return _project(float(stored[span[0]].max(initial=0)), float(stored[n - 1].max(initial=0)), span[1], steps)
 
     # -- point reads (hover) -----------------------------------------------------------------
     def at(self, step: int, layer: int) -> dict | None:

@@ -17,21 +17,25 @@ def _steps(first: int, prompt: int, n: int, held: int = 0) -> dict[str, np.ndarr
     seen = np.repeat(seen[:, None], LAYERS, axis=1).astype(np.int32)
     stored = seen.copy()
     stored[:, 2] = np.minimum(stored[:, 2], WINDOW)
+    q_len = np.ones(n, np.int32)
+    q_len[:1] = prompt
     return {"turn": np.zeros(n, np.int32), "t": np.arange(first, first + n, dtype=np.float64),
-            "cache_id": np.ones(n, np.int32), "q_len": np.ones(n, np.int32), "use_cache": np.ones(n, np.int8),
+            "cache_id": np.ones(n, np.int32), "q_len": q_len, "use_cache": np.ones(n, np.int8),
             "rss": np.full(n, 10**8, np.int64), "accel_allocated": np.zeros(n, np.int64),
             "accel_reserved": np.zeros(n, np.int64), "seen": seen, "stored": stored,
             "dev": np.zeros((n, LAYERS), np.int8), "nbytes": (stored * 100).astype(np.int64)}
 
 
-def _record(settings: dict, steps: int, first: int = 0, status: str = "running"):
+def _record(settings: dict, steps: int, first: int = 0, status: str = "running", cache_id: int = 1):
     rec = TraceRecord(LAYERS, {})
     rec.set_devices(["cpu"])
     if first:
         rec.add_turn(TurnRecord(index=0, status="ok", first_step=0, end_step=first, settings={"max_new_tokens": first}))
         rec.append_columns(_steps(0, 5, first))
     rec.add_turn(TurnRecord(index=len(rec.turns), status=status, first_step=first, settings=settings))
-    rec.append_columns(_steps(first, 20, steps, held=first + 4 if first else 0))
+    cols = _steps(first, 20, steps, held=first + 4 if first else 0)
+    cols["cache_id"][:] = cache_id
+    rec.append_columns(cols)
     s = RecordSeries(rec)
     s.update()
     return rec, s
@@ -61,10 +65,23 @@ def test_a_turn_s_curves_carry_on_at_their_rate_since_its_prefill():
     assert s.projected(KV_TOTAL, 70, 50) == last_kv + 70 * 200
     # The longest stored length of any layer: one a step.
     assert s.projected_longest(70, 50) == float(s.column("stored")[n - 1].max()) + 70
-    # Nothing to project, or only the prefill to measure from: none.
-    assert s.projected(MEAN_SEEN, 0, 50) is None
-    _, first = _record({"max_new_tokens": 100}, 1, first=50)
-    assert first.projected(MEAN_SEEN, 99, 50) is None and first.projected_longest(99, 50) is None
+    assert s.projected(MEAN_SEEN, 0, 50) is None  # nothing to project
+
+
+def test_a_turn_with_only_its_prefill_carries_on_at_the_prefill_s_rate_per_prompt_token():
+    # The prefill's 20 tokens extended the cache the step before it held (54 tokens; 2 full layers,
+    # 100 bytes a token each; the sliding one at its window): its rate a token is the decode's.
+    _, s = _record({"max_new_tokens": 100}, 1, first=50)
+    assert s.n == 51 and float(s.curve_row(50)[MEAN_SEEN]) == 74
+    assert s.projected(MEAN_SEEN, 99, 50) == 74 + 99
+    assert s.projected(KV_TOTAL, 99, 50) == float(s.curve_row(50)[KV_TOTAL]) + 99 * 200
+    assert s.projected_longest(99, 50) == 74 + 99
+    # A new cache object's prefill (a fresh policy, a static cache's allocation) is not a rate; nor is
+    # a first turn's, with no step before it.
+    _, fresh = _record({"max_new_tokens": 100}, 1, first=50, cache_id=2)
+    assert fresh.projected(MEAN_SEEN, 99, 50) is None and fresh.projected_longest(99, 50) is None
+    _, first = _record({"max_new_tokens": 100}, 1)
+    assert first.projected(MEAN_SEEN, 99, 0) is None and first.projected_longest(99, 0) is None
 
 
 def test_a_shrinking_curve_is_projected_flat_not_down():

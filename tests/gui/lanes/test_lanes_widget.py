@@ -545,9 +545,9 @@ def test_a_growing_run_steps_its_ranges_coarsely_and_each_frame_paints_once(qtbo
 
 def test_a_running_turn_s_ranges_take_in_its_budget_at_its_start_and_its_frames_repaint_strips(qtbot):
     """A turn whose budget (``max_new_tokens``) is known sizes the step axis, the lanes' y ranges and the
-    heatmap's colour scale for where it may get to as it starts (the y ranges once its rate is
-    measured, a step after its prefill): none of them steps again while it streams, so every later
-    frame repaints a strip, not lanes whole. At rest the view fits the data again."""
+    heatmap's colour scale for where it may get to as it starts (its first frame has only its prefill:
+    the y ranges take the prefill's rate a prompt token): none of them steps again while it streams,
+    so every later frame repaints a strip, not lanes whole. At rest the view fits the data again."""
     from kvinspect.core.trace.record import TurnRecord
     from kvinspect.core.trace.series import KV_TOTAL, MEAN_SEEN
 
@@ -561,12 +561,13 @@ def test_a_running_turn_s_ranges_take_in_its_budget_at_its_start_and_its_frames_
     area = _painted_areas(viewport)
     whole = viewport.width() * viewport.height()
     ranges, areas = [], []
-    for _ in _live_frames(rec, cols, w, app, area, steps, 8):
-        areas.append(sum(area.areas))
-        ranges.append(_ranges(w))
+    for per, end in ((1, steps - grow + 1), (8, steps)):  # the prefill alone, then 8 steps a frame
+        for _ in _live_frames(rec, cols, w, app, area, end, per):
+            areas.append(sum(area.areas))
+            ranges.append(_ranges(w))
     viewport.removeEventFilter(area)
     assert ranges[0][0] == 1000  # the step axis: the turn's end (640) from its first frame
-    assert len(set(ranges[1:])) == 1, ranges  # from its second frame on, nothing steps
+    assert len(set(ranges)) == 1, ranges  # from its first frame on, nothing steps
     x, tokens, kv, colours = ranges[-1]
     last = w.series.curve_row(steps - 1)
     assert tokens >= last[MEAN_SEEN] and kv >= last[KV_TOTAL] and colours >= w.series.vmax
