@@ -336,7 +336,9 @@ class RecordSeries:
         """:meth:`projected` for the longest stored length of any layer (the heatmap's scale)."""
         stored = self._raw_views.get("stored")
         n = self.n
-        span = self._rate_span(n, since) if steps > 0 and stored is not None and len(stored) >= n else None
+        if stored is None or len(stored) < n or steps <= 0:
+            return None
+        span = self._rate_span(n, since)
         if span is None:
             return None
         return _project(float(stored[span[0]].max(initial=0)), float(stored[n - 1].max(initial=0)), span[1], steps)
