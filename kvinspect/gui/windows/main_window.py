@@ -29,6 +29,7 @@ from kvinspect.gui.base import gui_thread_gc
 from kvinspect.gui.base import theme as th
 from kvinspect.gui.base.errors_and_logs import ErrorReporter
 from kvinspect.gui.base.paint_clock import PaintClock, on_screen
+from kvinspect.gui.base.screen_fit import fit_to_screens
 from kvinspect.gui.base.status_text import StatusText
 from kvinspect.gui.dialogs import about_dialog, policies_box
 from kvinspect.gui.dialogs.model_picker import ModelPicker, dropped_path
@@ -215,9 +216,10 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
     def _restore(self) -> None:
         s = self.settings
         g = s.window
-        self.resize(g.width, g.height)
-        if g.x is not None and g.y is not None:
-            self.move(g.x, g.y)
+        x, y, width, height = fit_to_screens(g.x, g.y, g.width, g.height)
+        self.resize(width, height)
+        if x is not None and y is not None:
+            self.move(x, y)
         if g.state:
             try:
                 self.restoreState(QtCore.QByteArray(base64.b64decode(g.state)))
@@ -348,6 +350,15 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         app.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
         app.sendPostedEvents(self, QtCore.QEvent.Type.UpdateRequest)
         return True
+
+    def _trace_text(self, path: str | None) -> str:
+        """The autosave's path elided at its start to the label's width: its file name, which names the
+        session, stays whole (cut by characters, a wide font lost the name's end instead)."""
+        if not path:
+            return ""
+        fm = self.trace_label.fontMetrics()
+        room = self.trace_label.maximumWidth() - fm.horizontalAdvance("trace: ") - 2 * fm.averageCharWidth()
+        return "trace: " + fm.elidedText(path, QtCore.Qt.TextElideMode.ElideLeft, max(room, 0))
 
     def stop(self) -> None:
         if self.controller.busy == "turn":
@@ -515,7 +526,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
                            + (" " + " ".join(info.notes) if info.notes else ""))
         self._show_model_line(info)
         self.setWindowTitle(f"kvinspect — {info.name}")
-        self.trace_label.setText(f"trace: {model_line.elide(info.trace_path)}" if info.trace_path else "")
+        self.trace_label.setText(self._trace_text(info.trace_path))
         self.trace_label.setToolTip(info.trace_path or "")
         self.statusBar().showMessage(f"{info.name} ready", 5000)
         if getattr(self.controller, "autosave_paused", None):  # a full disk: the warning stays in view

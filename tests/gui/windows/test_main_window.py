@@ -403,3 +403,20 @@ def test_new_chat_clears_the_conversation_not_the_record(qtbot, window):
     assert not _events(window, CACHE_RECREATED)  # a new chat's new cache is expected, not a mistake
     assert window.checklist.statuses()["cache_object"] == "pass"
     assert len(window.record.turns) == 2
+
+
+def test_the_status_bar_shows_the_autosave_s_file_name_whole(qtbot, window):
+    """The trace's path is elided at its start to the label's width: the file name, which names the
+    session, is never the part cut off."""
+    from pathlib import Path
+
+    info = load(qtbot, window, "tiny-llama")
+    label = window.trace_label
+    text = label.text()
+    assert info.trace_path and text.startswith("trace: ") and text.endswith(Path(info.trace_path).name)
+    assert label.fontMetrics().horizontalAdvance(text) <= label.maximumWidth()
+    assert label.toolTip() == info.trace_path
+    long = "/" + "/".join(["a-rather-long-folder-name"] * 8) + "/20261206-013857-smollm2.jsonl"
+    shown = window._trace_text(long)
+    assert shown.endswith("20261206-013857-smollm2.jsonl") and "…" in shown
+    assert label.fontMetrics().horizontalAdvance(shown) <= label.maximumWidth()
