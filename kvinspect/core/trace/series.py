@@ -326,8 +326,7 @@ class RecordSeries:
         (:meth:`_rate_span`; ``since`` is its prefill). None without a rate or steps to project; never
         below the last value."""
         n = self._curves_n
-        span = self._rate_span(n, since) if steps > 0 else None
-        if span is None:
+        if steps <= 0 or (span := self._rate_span(n, since)) is None:
             return None
         raw = self._curve_raw.view
         return _project(float(raw[span[0], col]), float(raw[n - 1, col]), span[1], steps)
@@ -336,10 +335,7 @@ class RecordSeries:
         """:meth:`projected` for the longest stored length of any layer (the heatmap's scale)."""
         stored = self._raw_views.get("stored")
         n = self.n
-        if stored is None or len(stored) < n or steps <= 0:
-            return None
-        span = self._rate_span(n, since)
-        if span is None:
+        if stored is None or len(stored) < n or steps <= 0 or (span := self._rate_span(n, since)) is None:
             return None
         return _project(float(stored[span[0]].max(initial=0)), float(stored[n - 1].max(initial=0)), span[1], steps)
 
