@@ -20,6 +20,9 @@ SSH_COMMAND_ENV = "KVINSPECT_SSH_COMMAND"
 #: a wrapper such as ``nice -n 5 python -m kvinspect engine``, a container, or the test suite's
 #: fork server (tests/engine_zygote.py). Remote engines are not affected.
 ENGINE_COMMAND_ENV = "KVINSPECT_ENGINE_COMMAND"
+#: An idle engine and its window send each other nothing, so a link that died meanwhile is found by ssh's
+#: keepalive (three unanswered, 45 s): ssh exits, and the window reports the engine gone.
+SERVER_ALIVE = "ServerAliveInterval=15"
 
 
 def ssh_command() -> list[str]:
@@ -67,13 +70,13 @@ def engine_command(host: str | None = None, python: str | None = None) -> list[s
     list[str]
         Local: ``[python, "-m", "kvinspect", "engine"]`` (frozen: ``[sys.executable, "engine"]``;
         ``$KVINSPECT_ENGINE_COMMAND`` when set).
-        Remote: ``["ssh", "-T", "-o", "BatchMode=yes", "--", host, python or "python3", "-m", "kvinspect",
-        "engine"]``, where ``ssh`` is :func:`ssh_command` (``$KVINSPECT_SSH_COMMAND``). The remote shell runs
+        Remote: ``["ssh", "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "--", host,
+        python or "python3", "-m", "kvinspect", "engine"]``, where ``ssh`` is :func:`ssh_command` (``$KVINSPECT_SSH_COMMAND``). The remote shell runs
         ``python``, so ``~/venv/bin/python`` works there. ``host`` is checked by :func:`check_ssh_host`.
     """
     if host:
-        return [*ssh_command(), "-T", "-o", "BatchMode=yes", "--", check_ssh_host(host), python or "python3",
-                "-m", "kvinspect", "engine"]
+        return [*ssh_command(), "-T", "-o", "BatchMode=yes", "-o", SERVER_ALIVE, "--", check_ssh_host(host),
+                python or "python3", "-m", "kvinspect", "engine"]
     if python:
         return [python, "-m", "kvinspect", "engine"]
     override = os.environ.get(ENGINE_COMMAND_ENV, "").strip()

@@ -19,7 +19,7 @@ from kvinspect.core.errors import exc_line
 from kvinspect.core.text_safety import LONE_SURROGATE, terminal_text
 
 #: Bumped on any change a peer of the previous version would misread. Both sides refuse a mismatch.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 # -- window -> engine ---------------------------------------------------------------------------------
 HELLO = "hello"
@@ -64,12 +64,10 @@ BYE = "bye"  # the engine's last line before it exits after a shutdown
 
 TERMINAL = frozenset({ERROR, CANCELLED, LOADED, FETCHED, TURN_DONE, COMPARED, COMPARE_READY, RUN_DONE, DONE, BYE})
 
-#: Seconds between two heartbeats while the engine works; the window calls an engine silent for much
-#: longer "not responding".
+#: Seconds between two heartbeats while the engine works (none while it waits for a request: each
+#: would wake an idle window); a window waiting for a reply calls an engine silent for much longer
+#: "not responding".
 HEARTBEAT_S = 1.0
-#: ... and while it waits for a request: each heartbeat wakes the window (a read, a decode, Qt's event
-#: loop: one to a few milliseconds of an otherwise idle process), still three times within ``HUNG_AFTER_S``.
-IDLE_HEARTBEAT_S = 5.0
 
 #: Exit status of an engine that refused the window's handshake.
 EXIT_HANDSHAKE = 3

@@ -6,7 +6,7 @@ The **reader** reads the window's lines: Stop and Cancel set flags the moment th
 checks Stop between tokens, loading checks Cancel between stages, a comparison at every token);
 everything else is queued for the request loop. The **writer** (:class:`~.stdio.LineWriter`) owns
 the protocol stdout. A heartbeat thread says every second that the engine is alive and what it is busy
-with (every five seconds while it waits for a request), so the window can tell a busy engine from a hung one.
+with, so the window can tell a busy engine from a hung one; while it waits for a request it is silent.
 
 The engine writes no trace file: the session's stream (header, steps, turn_start, turn, event, devices,
 note, end) goes out on stdout as trace lines, tokens as ``token`` lines; the window appends the trace
@@ -78,7 +78,8 @@ class Engine:
         self.requests: queue.SimpleQueue = queue.SimpleQueue()
         self.session = None
         self.loaded = None
-        self.busy = ""
+        self._working = threading.Event()  # set when a request starts: the heartbeat wakes
+        self._busy = ""
         self.local = True
         self.pace_s = FLUSH_EVERY_S  # step blocks (and the writer's batches) this often; the window's `pace`
         self._t0 = time.monotonic()
@@ -113,6 +114,7 @@ class Engine:
                 self._dispatch(req)
         finally:
             self._done.set()
+            self._working.set()  # (an idle heartbeat thread waits on this: it ends too)
             try:
                 self._close_session()
             except Exception:  # noqa: BLE001 - exiting anyway
@@ -226,11 +228,28 @@ class Engine:
     def _refuse(self, rid, task: str, message: str) -> None:
         self.out.send({"type": P.ERROR, "id": rid, "task": task, "message": message})
 
+    @property
+    def busy(self) -> str:
+        """The request running ("starting" while torch is imported), or "" while the engine waits for one."""
+        return self._busy
+
+    @busy.setter
+    def busy(self, kind: str) -> None:
+        self._busy = kind
+        if kind:
+            self._working.set()
+
     def _heartbeat_loop(self) -> None:
-        # (a request that comes during an idle wait is beaten for at most IDLE_HEARTBEAT_S later: its own
-        # lines, a turn's stream or a load's progress, show the engine alive meanwhile)
-        while not self._done.wait(self.heartbeat_s if self.busy else max(self.heartbeat_s, P.IDLE_HEARTBEAT_S)):
-            self.out.send({"type": P.HEARTBEAT, "busy": self.busy, "t": round(time.monotonic() - self._t0, 3)})
+        # An idle engine says nothing: each line would wake an idle window (whose watchdog listens only while
+        # it waits for a reply). Work wakes this loop; its first beat comes one heartbeat_s in.
+        while not self._done.is_set():
+            if not self.busy:
+                self._working.wait()
+                self._working.clear()
+            if self._done.wait(self.heartbeat_s):
+                return
+            if self.busy:
+                self.out.send({"type": P.HEARTBEAT, "busy": self.busy, "t": round(time.monotonic() - self._t0, 3)})
 
     # -- requests -------------------------------------------------------------------------------------
     def _dispatch(self, req: dict) -> None:

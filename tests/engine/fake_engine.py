@@ -9,13 +9,15 @@
 * ``deaf``: greets and heartbeats, but never answers a request (a load that cannot be cancelled);
   it exits at the end of its input, as the real engine does.
 
-No torch, no kvinspect import: it starts in a few milliseconds.
+No torch, and of kvinspect only its protocol version: it starts in a few milliseconds.
 """
 
 import json
 import sys
 import threading
 import time
+
+from kvinspect.engine.protocol import PROTOCOL_VERSION
 
 MODE = sys.argv[1]
 out = sys.stdout
@@ -32,7 +34,7 @@ def heartbeat():
         send({"type": "heartbeat", "busy": "?", "t": 0})
 
 
-send({"type": "hello", "protocol": 999 if MODE == "protocol999" else 1, "kvinspect": "9.9.9", "pid": 0})
+send({"type": "hello", "protocol": 999 if MODE == "protocol999" else PROTOCOL_VERSION, "kvinspect": "9.9.9", "pid": 0})
 if MODE in ("stubborn", "deaf"):
     threading.Thread(target=heartbeat, daemon=True).start()
 turns = 0

@@ -152,9 +152,9 @@ def test_end_of_input_ends_the_engine(engine_child):
 
 def test_engine_command():
     assert engine_command() == [sys.executable, "-m", "kvinspect", "engine"]
-    assert engine_command("gpu-box") == ["ssh", "-T", "-o", "BatchMode=yes", "--", "gpu-box", "python3", "-m",
-                                         "kvinspect", "engine"]
-    assert engine_command("me@gpu-box", "/opt/venv/bin/python")[5:7] == ["me@gpu-box", "/opt/venv/bin/python"]
+    assert engine_command("gpu-box") == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "--",
+                                         "gpu-box", "python3", "-m", "kvinspect", "engine"]
+    assert engine_command("me@gpu-box", "/opt/venv/bin/python")[7:9] == ["me@gpu-box", "/opt/venv/bin/python"]
 
 
 @pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/x", " -J evil", "--", "", "a b", "a\x1b[2Jb"])

@@ -42,10 +42,12 @@ def test_the_test_sshd_runs_a_command(sshd):
 def test_ssh_command_comes_from_the_environment(monkeypatch):
     monkeypatch.delenv(SSH_COMMAND_ENV, raising=False)
     assert ssh_command() == ["ssh"]
-    assert engine_command("gpu1")[:6] == ["ssh", "-T", "-o", "BatchMode=yes", "--", "gpu1"]
+    assert engine_command("gpu1")[:8] == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "--",
+                                         "gpu1"]
     monkeypatch.setenv(SSH_COMMAND_ENV, "ssh -F '/tmp/my config' -J jump")
     cmd = engine_command("gpu1", "~/venv/bin/python")
-    assert cmd == ["ssh", "-F", "/tmp/my config", "-J", "jump", "-T", "-o", "BatchMode=yes", "--", "gpu1",
+    assert cmd == ["ssh", "-F", "/tmp/my config", "-J", "jump", "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15",
+                   "--", "gpu1",
                    "~/venv/bin/python", "-m", "kvinspect", "engine"]
     assert remote_target(cmd).host == "gpu1" and remote_target(cmd).python == "~/venv/bin/python"
     assert remote_target(engine_command()) is None and remote_target(engine_command(None, "/x/python")) is None

@@ -6,8 +6,11 @@ destroy Qt objects that belong to the GUI thread ("Timers cannot be stopped from
 thread", or a crash). So, as pyqtgraph's ``GarbageCollector`` does, automatic collection is
 off and a GUI-thread timer collects by the usual thresholds instead.
 
-The timer backs off while nothing needs collecting (an idle window allocates next to nothing, and
-each wake-up costs it one to a few milliseconds, most of it Qt's event loop), from every half second to every
+Most of the GUI thread's garbage is made by its paints, so the paint clock calls :func:`checkpoint`
+after each one: what the paint left is collected in the same wake-up, and the timer is pushed out to
+:data:`SLOWEST_MS`. The timer is the backstop for work that does not paint. It backs off while
+nothing needs collecting (an idle window allocates nothing, and each wake-up costs it from one to
+tens of milliseconds: a process that slept runs on cold caches), from every half second to every
 :data:`SLOWEST_MS`, and comes back to the half second at the first check that collects.
 
 A loaded model leaves 10^5-10^6 long-lived objects; a full collection over them takes
@@ -21,7 +24,7 @@ import gc
 
 from PySide6 import QtCore
 
-SLOWEST_MS = 8000  # an idle window's checks back off to this (what piles up meanwhile is one small collection)
+SLOWEST_MS = 30_000  # an idle window's checks back off to this (what piles up meanwhile is one small collection)
 
 _collector: GuiThreadCollector | None = None
 _users = 0
@@ -40,16 +43,30 @@ class GuiThreadCollector(QtCore.QObject):
 
     @QtCore.Slot()
     def check(self) -> None:
-        l0, l1, l2 = gc.get_count()
-        collected = l0 > self.threshold[0]
-        if collected:
-            gc.collect(0)
-            if l1 > self.threshold[1]:
-                gc.collect(1)
-                if l2 > self.threshold[2]:
-                    gc.collect(2)
+        collected = self._collect()
         wait = self.timer.interval()
-        self.timer.start(self.interval_ms if collected else min(2 * wait, max(SLOWEST_MS, self.interval_ms)))
+        self.timer.start(self.interval_ms if collected else min(2 * wait, self._slowest))
+
+    def checkpoint(self) -> None:
+        """GUI work just ran (a paint): collect what it left now, and leave the checks to the next one."""
+        self._collect()
+        self.timer.start(self._slowest)
+
+    @property
+    def _slowest(self) -> int:
+        return max(SLOWEST_MS, self.interval_ms)
+
+    def _collect(self) -> bool:
+        """Collect by the usual thresholds; True when generation 0 was over its own."""
+        l0, l1, l2 = gc.get_count()
+        if l0 <= self.threshold[0]:
+            return False
+        gc.collect(0)
+        if l1 > self.threshold[1]:
+            gc.collect(1)
+            if l2 > self.threshold[2]:
+                gc.collect(2)
+        return True
 
     def stop(self) -> None:
         self.timer.stop()
@@ -63,6 +80,12 @@ def acquire(app) -> GuiThreadCollector:
         _collector = GuiThreadCollector(parent=app)
     _users += 1
     return _collector
+
+
+def checkpoint() -> None:
+    """The paint clock painted: collect its garbage in this wake-up (nothing when no window holds the collector)."""
+    if _collector is not None:
+        _collector.checkpoint()
 
 
 def release() -> None:

@@ -39,6 +39,8 @@ from collections.abc import Callable
 
 from PySide6 import QtCore
 
+from kvinspect.gui.base import gui_thread_gc
+
 LIVE_MS = 100  # while a generation streams and frames are cheap: ~10 paints a second
 SLOWEST_LIVE_MS = 500  # however dear a frame, a live view still moves twice a second
 # The cores the GUI thread may take while a model streams: its CPU per live frame over this is the
@@ -135,6 +137,7 @@ class PaintClock(QtCore.QObject):
         if not live:  # an interaction's or a rest's frame (a full repaint, a zoom) says nothing of a live one
             self._live_mark = None
             self._paint()
+            gui_thread_gc.checkpoint()
             return
         at, cpu = self._last, self.cpu()
         last, self._live_mark = self._live_mark, (at, cpu)
@@ -143,6 +146,7 @@ class PaintClock(QtCore.QObject):
             self.frame_cpu = cost if self.frame_cpu is None else (
                 FRAME_SMOOTHING * cost + (1 - FRAME_SMOOTHING) * self.frame_cpu)
         self._paint()
+        gui_thread_gc.checkpoint()  # (its garbage goes in this wake-up: the collector's timer need not wake)
         if self._paced is not None:
             self._paced(self.live_interval())
 

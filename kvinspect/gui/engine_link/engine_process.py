@@ -79,8 +79,12 @@ class EngineClient(QtCore.QObject):
         self._silent = False
         self._started_at = 0.0
         self._last_line = 0.0
-        # Single-shot, armed for the next deadline (the handshake's, or the last line's plus HUNG_AFTER_S):
-        # a timer that polled every second would wake an idle window for nothing.
+        # The requests sent and not yet answered, and since when the engine owes a line: an idle engine is
+        # silent (it heartbeats only while it works), so silence means something only while one is pending.
+        self._pending: set[int] = set()
+        self._owed_since = 0.0
+        # Single-shot, armed for the next deadline (the handshake's, or the last line's plus HUNG_AFTER_S,
+        # while a request is pending): a timer that polled every second would wake an idle window for nothing.
         self._watch = QtCore.QTimer(self)
         self._watch.setSingleShot(True)
         self._watch.timeout.connect(self._on_watch)
@@ -124,7 +128,12 @@ class EngineClient(QtCore.QObject):
     def request(self, kind: str, **fields) -> int:
         """Send request ``kind`` with a fresh id; returns the id (its terminal reply carries it)."""
         self._next_id += 1
-        self.send({"type": kind, "id": self._next_id, **fields})
+        if self.send({"type": kind, "id": self._next_id, **fields}):
+            if not self._pending:
+                self._owed_since = time.monotonic()
+            self._pending.add(self._next_id)
+            if self.hello is not None and not self._watch.isActive():
+                self._arm_watch(self.hung_after_s)
         return self._next_id
 
     def kill(self, *, expected: bool = True, reason: str | None = None) -> None:
@@ -198,13 +207,20 @@ class EngineClient(QtCore.QObject):
                 self.kill(expected=False, reason=str(exc))
                 return
             self.hello = obj
-            self._arm_watch(self.hung_after_s)
+            if self._pending:
+                self._arm_watch(self.hung_after_s)
+            else:
+                self._watch.stop()
             log.info("engine ready: pid %s on %s, kvinspect %s, protocol %s", obj.get("pid"), obj.get("host"),
                      obj.get("kvinspect"), obj.get("protocol"))
             self.ready.emit(obj)
             return
         if kind == P.HEARTBEAT:
             return
+        if kind in P.TERMINAL and type(obj.get("id")) is int and obj["id"] in self._pending:
+            self._pending.discard(obj["id"])
+            if not self._pending:
+                self._watch.stop()  # nothing owed: an idle engine's silence is its rest
         if kind == P.ERROR and obj.get("task") == P.HELLO:  # the engine refused our hello
             self._override = obj.get("message") or "the engine refused the handshake"
         self.line.emit(obj, raw)
@@ -282,7 +298,9 @@ class EngineClient(QtCore.QObject):
             else:
                 self._arm_watch(self._started_at + self.hello_timeout_s - now)
             return
-        silent = now - self._last_line
+        if not self._pending:
+            return
+        silent = now - max(self._last_line, self._owed_since)
         if silent <= self.hung_after_s:
             self._arm_watch(self.hung_after_s - silent)
         elif not self._silent:  # (armed again by the next line)

@@ -1,6 +1,7 @@
 """A remote engine, from the window's side: which host a command reaches, and why it did not start.
 
-The window starts a remote engine as ``ssh -T -o BatchMode=yes HOST PYTHON -m kvinspect engine``
+The window starts a remote engine as
+``ssh -T -o BatchMode=yes -o ServerAliveInterval=15 HOST PYTHON -m kvinspect engine``
 (:func:`kvinspect.engine.launch.engine_command`; the ssh part is ``$KVINSPECT_SSH_COMMAND``). The
 user's own ssh config, keys and jump hosts apply, and no port is opened on either side: the
 protocol runs over the ssh channel's stdin/stdout. When that engine ends before its hello,

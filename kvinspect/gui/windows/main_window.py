@@ -342,6 +342,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.chat.begin_turn(index, req.text, req.policy, req.cache_impl, images=req.images)
         self.chat.input.clear()
         self.chat.clear_images()
+        self.statusBar().clearMessage()  # (the last turn's outcome)
         # Lay out and paint what the send changed (the message, the buttons, and the toolbar, which lays
         # the whole window out again when an action's state changes) before the request reaches the engine
         # (QProcess writes it from the event loop): not in the middle of the prompt's prefill, which wants
@@ -559,7 +560,9 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         self.refresh(force=True)
         if live is not None and not self.viewer.mode:  # the toolbar's kinds: now what the cache did (3n: shared)
             self._show_model_line(self.info)
-        self.statusBar().showMessage(f"turn {turn.index + 1}: {turn.status}", 5000)
+        # Until the next turn is sent, not for a few seconds: a message that times out repaints an idle window
+        # (tens of milliseconds of cold caches), and the last turn's outcome belongs in a screenshot.
+        self.statusBar().showMessage(f"turn {turn.index + 1}: {turn.status}")
 
     def _on_failed(self, task: str, message: str) -> None:
         self._show_progress(False)

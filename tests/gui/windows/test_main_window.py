@@ -420,3 +420,17 @@ def test_the_status_bar_shows_the_autosave_s_file_name_whole(qtbot, window):
     shown = window._trace_text(long)
     assert shown.endswith("20261206-013857-smollm2.jsonl") and "…" in shown
     assert label.fontMetrics().horizontalAdvance(shown) <= label.maximumWidth()
+
+
+def test_a_turn_s_outcome_stays_in_the_status_bar_until_the_next_turn_is_sent(qtbot, window):
+    """No timer takes it away (a message that times out repaints an idle window), and a screenshot taken
+    later still shows how the last turn ended."""
+    load(qtbot, window, "tiny-llama")
+    bar = window.statusBar()
+    t1 = send(qtbot, window, "Hello.", max_new_tokens=3)
+    assert bar.currentMessage() == f"turn 1: {t1.status}"
+    assert not any(t.isActive() for t in bar.findChildren(QtCore.QTimer))
+    at_start = []
+    window.controller.turnStarted.connect(lambda _i: at_start.append(bar.currentMessage()))
+    t2 = send(qtbot, window, "Again.", max_new_tokens=3)
+    assert at_start == [""] and bar.currentMessage() == f"turn 2: {t2.status}"
