@@ -13,7 +13,7 @@ The live interval is what the GUI thread spends per live frame over :data:`CPU_B
 :data:`LIVE_MS` (a plot that updates ten times a second reads as live) and :data:`SLOWEST_LIVE_MS`.
 The window's CPU is CPU the model does not get (on a laptop every percent is a percent of its
 speed): where a frame is cheap the view moves ten times a second; where it costs 8 ms beside a busy
-engine, twice. A frame's cost is all the GUI thread's CPU from one live paint to the next: the
+engine, twice; where 16 ms (a 2-core VM in a slow hour), once. A frame's cost is all the GUI thread's CPU from one live paint to the next: the
 paint, Qt's paint of what it changed (after the paint returns), composing the window, and the
 stream's reads between (the engine sends one batch a paint), so the budget bounds the window's
 whole CPU while a model streams, not the part a counter could see. Only consecutive live frames
@@ -42,7 +42,7 @@ from PySide6 import QtCore
 from kvinspect.gui.base import gui_thread_gc
 
 LIVE_MS = 100  # while a generation streams and frames are cheap: ~10 paints a second
-SLOWEST_LIVE_MS = 500  # however dear a frame, a live view still moves twice a second
+SLOWEST_LIVE_MS = 1000  # however dear a frame, a live view still moves once a second
 # The cores the GUI thread may take while a model streams: its CPU per live frame over this is the
 # live interval. (The goal for the window's process is 0.02; its Qt threads and the odd timer take
 # the rest.)

@@ -156,7 +156,7 @@ def test_the_live_rate_spends_the_cpu_budget_within_its_bounds(qapp):
     # (CPU in the paint, CPU after it) -> the live interval it settles at.
     for paint_s, qt_s, want in ((0.0002, 0.0002, LIVE_MS / 1000),  # a fast machine: ten a second
                                 (0.002, 0.0015, 0.0035 / CPU_BUDGET),  # 3.5 ms a frame: as many as the budget pays for
-                                (0.006, 0.004, SLOWEST_LIVE_MS / 1000)):  # dear frames: still twice a second
+                                (0.012, 0.008, SLOWEST_LIVE_MS / 1000)):  # dear frames: still once a second
         time = FakeTime()
         clock, painted = _costly_clock(time, paint_s, qt_s)
         _stream(clock, time, 20 * 10, 1 / 20)  # 10 s at 20 tokens a second
@@ -172,12 +172,12 @@ def test_what_the_gui_thread_spends_after_the_paint_counts_in_a_frame(qapp):
     clock, painted = _costly_clock(time, 0.0, 0.009)  # all of a frame's CPU after the paint: Qt's, the reads
     _stream(clock, time, 200, 1 / 20)
     assert clock.frame_cpu is not None and abs(clock.frame_cpu - 0.009) < 1e-6
-    assert min(_live_gaps(painted, painted[0] + 3)) >= SLOWEST_LIVE_MS / 1000 - 1e-6
+    assert min(_live_gaps(painted, painted[0] + 3)) >= 0.009 / CPU_BUDGET * 0.99
 
 
 def test_dear_frames_do_not_slow_an_interaction(qapp):
     time = FakeTime()
-    clock, painted = _costly_clock(time, 0.012)
+    clock, painted = _costly_clock(time, 0.02)
     _stream(clock, time, 100, 1 / 20)  # a streamed 5 s: the live rate is the slowest
     estimate = clock.frame_cpu
     painted.clear()
@@ -235,7 +235,7 @@ def test_what_the_gui_thread_does_in_a_pause_is_not_a_frame(qapp):
 
 def test_after_a_pause_the_next_token_waits_only_for_its_step_block(qapp):
     time = FakeTime()
-    clock, painted = _costly_clock(time, 0.012)
+    clock, painted = _costly_clock(time, 0.02)
     _stream(clock, time, 100, 1 / 20)  # dear frames: the slowest live rate
     assert clock.live_interval() == SLOWEST_LIVE_MS / 1000
     time.t += 5.0  # the user reads, then sends the next message: its first token
@@ -316,7 +316,7 @@ def test_a_turn_s_first_output_waits_for_its_companions_not_for_the_last_turn_s_
     """Dear frames (the slowest live rate), the last turn's end just painted, the next prompt sent at once:
     its first output is painted one companion wait after it came, not one live interval after that end."""
     time = FakeTime()
-    clock, painted = _costly_clock(time, 0.012)
+    clock, painted = _costly_clock(time, 0.02)
     _stream(clock, time, 100, 1 / 20)
     assert clock.live_interval() == SLOWEST_LIVE_MS / 1000
     clock.mark()  # the turn's end
