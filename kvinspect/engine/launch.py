@@ -71,8 +71,9 @@ def engine_command(host: str | None = None, python: str | None = None) -> list[s
         Local: ``[python, "-m", "kvinspect", "engine"]`` (frozen: ``[sys.executable, "engine"]``;
         ``$KVINSPECT_ENGINE_COMMAND`` when set).
         Remote: ``["ssh", "-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "--", host,
-        python or "python3", "-m", "kvinspect", "engine"]``, where ``ssh`` is :func:`ssh_command` (``$KVINSPECT_SSH_COMMAND``). The remote shell runs
-        ``python``, so ``~/venv/bin/python`` works there. ``host`` is checked by :func:`check_ssh_host`.
+        python or "python3", "-m", "kvinspect", "engine"]``, where ``ssh`` is :func:`ssh_command`
+        (``$KVINSPECT_SSH_COMMAND``). The remote shell runs ``python``, so ``~/venv/bin/python`` works
+        there. ``host`` is checked by :func:`check_ssh_host`.
     """
     if host:
         return [*ssh_command(), "-T", "-o", "BatchMode=yes", "-o", SERVER_ALIVE, "--", check_ssh_host(host),

@@ -13,11 +13,12 @@ The live interval is what the GUI thread spends per live frame over :data:`CPU_B
 :data:`LIVE_MS` (a plot that updates ten times a second reads as live) and :data:`SLOWEST_LIVE_MS`.
 The window's CPU is CPU the model does not get (on a laptop every percent is a percent of its
 speed): where a frame is cheap the view moves ten times a second; where it costs 8 ms beside a busy
-engine, twice; where 16 ms (a 2-core VM in a slow hour), once. A frame's cost is all the GUI thread's CPU from one live paint to the next: the
-paint, Qt's paint of what it changed (after the paint returns), composing the window, and the
-stream's reads between (the engine sends one batch a paint), so the budget bounds the window's
-whole CPU while a model streams, not the part a counter could see. Only consecutive live frames
-feed the estimate: a zoom's or a turn end's full repaint says nothing of a streamed one.
+engine, twice; where 16 ms (a 2-core VM in a slow hour), once. A frame's cost is all the GUI
+thread's CPU from one live paint to the next: the paint, Qt's paint of what it changed (after the
+paint returns), composing the window, and the stream's reads between (the engine sends one batch a
+paint), so the budget bounds the window's whole CPU while a model streams, not the part a counter
+could see. Only consecutive live frames feed the estimate: a zoom's or a turn end's full repaint
+says nothing of a streamed one.
 After each live frame ``paced`` is told the live interval: the window passes it to its engine, whose
 stream then comes at that pace (one read and one step block a paint).
 
