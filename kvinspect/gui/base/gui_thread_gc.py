@@ -24,7 +24,9 @@ import gc
 
 from PySide6 import QtCore
 
-SLOWEST_MS = 30_000  # an idle window's checks back off to this (what piles up meanwhile is one small collection)
+# An idle window's checks back off to this: it allocates nothing, and what other work piles up meanwhile
+# (a dialog's) is one small collection, or goes at the next paint.
+SLOWEST_MS = 300_000
 
 _collector: GuiThreadCollector | None = None
 _users = 0
