@@ -32,7 +32,8 @@ def test_an_idle_engine_is_silent_a_busy_one_beats_and_the_beat_ends_with_the_en
     engine = Engine(iter(()), out, heartbeat_s=0.02)
     beat = threading.Thread(target=engine._heartbeat_loop, daemon=True)
     beat.start()
-    time.sleep(0.3)  # fifteen heartbeat periods of waiting for a request
+    # Longer than protocol 1's idle beat (5 s), which this engine must not send: nothing at all.
+    time.sleep(5.5)
     assert out.sent == []
     engine.busy = "turn"
     assert _wait(lambda: len(out.sent) >= 3)
