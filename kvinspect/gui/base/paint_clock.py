@@ -135,21 +135,24 @@ class PaintClock(QtCore.QObject):
         self._last = self.now()
         self.paints += 1
         live = self.live
-        if not live:  # an interaction's or a rest's frame (a full repaint, a zoom) says nothing of a live one
+        if live:
+            self._measure()
+        else:  # an interaction's or a rest's frame (a full repaint, a zoom) says nothing of a live one
             self._live_mark = None
-            self._paint()
-            gui_thread_gc.checkpoint()
-            return
+        self._paint()
+        gui_thread_gc.checkpoint()  # (its garbage goes in this wake-up: the collector's timer need not wake)
+        if live and self._paced is not None:
+            self._paced(self.live_interval())
+
+    def _measure(self) -> None:
+        """A live frame begins: the last one's cost (all of it: its paint, Qt's, the reads since) joins
+        the estimate, when that frame was the one before this."""
         at, cpu = self._last, self.cpu()
         last, self._live_mark = self._live_mark, (at, cpu)
         if last is not None and at - last[0] <= MEASURED_GAP_S:
-            cost = cpu - last[1]  # the last live frame, all of it: its paint, Qt's, the reads since
+            cost = cpu - last[1]
             self.frame_cpu = cost if self.frame_cpu is None else (
                 FRAME_SMOOTHING * cost + (1 - FRAME_SMOOTHING) * self.frame_cpu)
-        self._paint()
-        gui_thread_gc.checkpoint()  # (its garbage goes in this wake-up: the collector's timer need not wake)
-        if self._paced is not None:
-            self._paced(self.live_interval())
 
     def stop(self) -> None:
         self._timer.stop()
