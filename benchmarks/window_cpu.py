@@ -85,6 +85,17 @@ def _xserver(display: str) -> psutil.Process | None:
     return None
 
 
+def _engine_of(window: psutil.Process) -> psutil.Process | None:
+    """The window's engine: its child running ``kvinspect engine`` (not a short-lived helper it spawned)."""
+    for p in window.children():
+        try:
+            if "engine" in p.cmdline():
+                return p
+        except psutil.Error:
+            continue
+    return None
+
+
 def _turn_started(folder: Path) -> bool:
     return any(b'"turn_start"' in f.read_bytes() for f in (folder / "data" / "autosave").glob("*.jsonl")) if \
         (folder / "data" / "autosave").is_dir() else False
@@ -115,9 +126,8 @@ def run_once(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT
         while time.monotonic() < deadline:
             if win.poll() is not None:
                 raise SystemExit(f"the window exited ({win.returncode}): {win.stderr.read().decode()[-1500:]}")
-            if engine is None:
-                kids = wp.children()
-                engine = kids[0] if kids else None
+            if engine is None or not engine.is_running():
+                engine = _engine_of(wp)
             now = time.monotonic()
             cur = (now, _cpu(wp), _cpu(engine), _cpu(xp), _trace_size(folder))
             if last is not None and cur[4] > last[4]:

@@ -28,6 +28,12 @@ the prefill, which wants every core and whose length is the turn's time to first
 output is painted one :data:`LIVE_MS` after it came, not one live interval after the last turn's
 end was painted: a person is waiting for it.
 
+A paint may come in parts: when ``paint`` is a generator, each ``yield`` ends a part, and the clock
+gives the event loop a turn (:data:`PART_GAP_MS`) before the next. Qt paints what the part changed,
+a key press or the next stream line is handled, and no frame holds the GUI thread for all of its
+work at once: the transcript's tokens and their repaint, then the plots and theirs, are two short
+holds rather than one long one. The parts are one frame: it is measured, counted and told once.
+
 ``now`` and ``cpu`` are injectable so a test can stream a thousand steps in a few milliseconds, give
 each frame the cost it wants, and count paints.
 """
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import math
 import time
+import types
 from collections.abc import Callable
 
 from PySide6 import QtCore
@@ -53,12 +60,15 @@ FRAME_SMOOTHING = 0.3  # the weight of the newest frame's cost in the running es
 INTERACTIVE_MS = 16  # hover, zoom, drag, and anything asked for while nothing streams
 SETTLE_S = 0.5  # the interactive rate holds this long after the last interaction
 PREFILL_HOLD_S = 1.0  # a prompt's prefill holds the paints this long at most (a long one shows its turn then)
+# Between two parts of a frame: long enough for the event loop to run Qt's paint of the last part (posted
+# events come before timers), short enough that the frame's parts land together to the eye.
+PART_GAP_MS = 1
 
 
 class PaintClock(QtCore.QObject):
     """Calls ``paint()`` at most once per interval, and only after :meth:`mark` or :meth:`interact`."""
 
-    def __init__(self, paint: Callable[[], None], now: Callable[[], float] = time.monotonic,
+    def __init__(self, paint: Callable[[], object], now: Callable[[], float] = time.monotonic,
                  cpu: Callable[[], float] = time.thread_time, paced: Callable[[float], None] | None = None,
                  parent=None):
         super().__init__(parent)
@@ -79,11 +89,17 @@ class PaintClock(QtCore.QObject):
         self._timer.setSingleShot(True)
         self._timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self.flush)
+        self._frame: types.GeneratorType | None = None  # a paint in parts, between two of them
+        self._frame_live = False
+        self._part_timer = QtCore.QTimer(self)
+        self._part_timer.setSingleShot(True)
+        self._part_timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
+        self._part_timer.timeout.connect(self._next_part)
 
     @property
     def running(self) -> bool:
-        """A timer is waiting to paint (False: the window is idle)."""
-        return self._timer.isActive()
+        """A timer is waiting to paint, or a frame to finish (False: the window is idle)."""
+        return self._timer.isActive() or self._frame is not None
 
     @property
     def live(self) -> bool:
@@ -126,9 +142,11 @@ class PaintClock(QtCore.QObject):
             self._reschedule()
 
     def flush(self) -> None:
-        """Paint now what is pending (the timer's slot; tests call it to catch up)."""
+        """Paint now what is pending (the timer's slot; tests call it to catch up). A paint in parts runs
+        its first part here, the rest from the event loop; a frame still in parts is finished first."""
         self._timer.stop()
         self.due = None
+        self.finish()
         if not self._dirty:
             return
         self._dirty = False
@@ -139,7 +157,36 @@ class PaintClock(QtCore.QObject):
             self._measure()
         else:  # an interaction's or a rest's frame (a full repaint, a zoom) says nothing of a live one
             self._live_mark = None
-        self._paint()
+        frame = self._paint()
+        if isinstance(frame, types.GeneratorType):
+            self._frame, self._frame_live = frame, live
+            self._next_part()
+        else:
+            self._frame_done(live)
+
+    def finish(self) -> None:
+        """Run the parts of a frame that are still to come, now."""
+        self._part_timer.stop()
+        while self._frame is not None:
+            self._next_part(wait=False)
+
+    def _next_part(self, wait: bool = True) -> None:
+        frame = self._frame
+        if frame is None:
+            return
+        try:
+            next(frame)
+        except StopIteration:
+            self._frame = None
+            self._frame_done(self._frame_live)
+        except BaseException:
+            self._frame = None  # (a part that failed ends its frame)
+            raise
+        else:
+            if wait:
+                self._part_timer.start(PART_GAP_MS)
+
+    def _frame_done(self, live: bool) -> None:
         gui_thread_gc.checkpoint()  # (its garbage goes in this wake-up: the collector's timer need not wake)
         if live and self._paced is not None:
             self._paced(self.live_interval())
@@ -156,6 +203,10 @@ class PaintClock(QtCore.QObject):
 
     def stop(self) -> None:
         self._timer.stop()
+        self._part_timer.stop()
+        if self._frame is not None:
+            self._frame.close()
+            self._frame = None
         self.due = None
         self._dirty = False
 

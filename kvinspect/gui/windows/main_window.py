@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import html
 import logging
+from collections.abc import Iterator
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -689,12 +690,19 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         if self.controller.busy == "turn":
             self.controller.pace(every_s)
 
-    def _paint(self) -> None:
-        """The paint clock's paint: tokens in one batch, the plots, and the panels whose content moved."""
+    def _paint(self) -> Iterator[None]:
+        """The paint clock's paint: tokens in one batch, the plots, and the panels whose content moved.
+
+        In two parts: Qt paints the transcript's new text before the plots are rendered (see
+        :class:`PaintClock`), so the GUI thread is not held for the whole frame at once. (Each part is a
+        paint of the window: a third, for the panels and the status bar's step count, cost more than it
+        split.)
+        """
         text = self.controller.drain_tokens()
         if text:
             self.chat.append_tokens(text)
-        r = self.record
+            yield
+        r = self.record  # (read after the part: a turn clicked meanwhile is what the rest shows)
         if r is not None:
             if on_screen(self.plots):
                 self.plots.render(r, self.step)

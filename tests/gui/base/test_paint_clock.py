@@ -333,3 +333,48 @@ def test_a_turn_s_first_output_waits_for_its_companions_not_for_the_last_turn_s_
     clock.flush()
     clock.mark()  # the next batch: the live rate again
     assert abs(clock.due - (time.t + SLOWEST_LIVE_MS / 1000)) < 1e-9
+
+
+def test_a_paint_in_parts_gives_the_event_loop_a_turn_between_them(qtbot):
+    """A generator paints in parts: what its first part posts (Qt's paint of it, a key press) is handled
+    before the second runs, and the parts are one frame: counted, measured and told once."""
+    from PySide6 import QtCore
+
+    log, told = [], []
+
+    def paint():
+        log.append("part 1")
+        QtCore.QTimer.singleShot(0, lambda: log.append("event loop"))
+        yield
+        log.append("part 2")
+
+    clock = PaintClock(paint, paced=told.append)
+    clock.streaming = True
+    clock.mark()
+    qtbot.waitUntil(lambda: "part 2" in log, timeout=2000)
+    assert log == ["part 1", "event loop", "part 2"]
+    assert clock.paints == 1 and len(told) == 1
+    qtbot.waitUntil(lambda: not clock.running, timeout=2000)
+
+
+def test_a_frame_in_parts_is_running_until_its_last_part_and_finishes_before_the_next(qapp):
+    log = []
+
+    def paint():
+        log.append("a")
+        yield
+        log.append("b")
+
+    clock = PaintClock(paint)
+    clock.mark()
+    clock.flush()
+    assert log == ["a"] and clock.running  # (a script waits for the whole frame before its screenshot)
+    clock.mark()
+    clock.flush()  # the next frame: the last one's parts run first, in order
+    assert log == ["a", "b", "a"]
+    clock.finish()
+    assert log == ["a", "b", "a", "b"] and not clock.running
+    clock.mark()
+    clock.flush()
+    clock.stop()  # (closing the window): the rest of the frame is dropped, nothing runs later
+    assert log == ["a", "b", "a", "b", "a"] and not clock.running
