@@ -34,6 +34,14 @@ a key press or the next stream line is handled, and no frame holds the GUI threa
 work at once: the transcript's tokens and their repaint, then the plots and theirs, are two short
 holds rather than one long one. The parts are one frame: it is measured, counted and told once.
 
+Where even one frame a second costs more than the budget (a slow machine, a model of many layers),
+the rate stays at one a second and only a share of the frames run past their first part: the rest
+(the window's plots and panels) is painted on as many frames as the budget pays for after the first
+parts (at least one in :data:`MIN_WHOLE_SHARE`). The transcript still moves every second, the window's
+CPU holds its budget, and a short frame leaves the window dirty: what it did not paint is painted by
+the next whole frame, a turn's end or an interaction (never short). The share is the budget over the
+two estimates, a whole frame's and a short one's, each fed by the live frames of its kind.
+
 ``now`` and ``cpu`` are injectable so a test can stream a thousand steps in a few milliseconds, give
 each frame the cost it wants, and count paints.
 """
@@ -60,6 +68,9 @@ FRAME_SMOOTHING = 0.3  # the weight of the newest frame's cost in the running es
 INTERACTIVE_MS = 16  # hover, zoom, drag, and anything asked for while nothing streams
 SETTLE_S = 0.5  # the interactive rate holds this long after the last interaction
 PREFILL_HOLD_S = 1.0  # a prompt's prefill holds the paints this long at most (a long one shows its turn then)
+# A dear frame's rest (past its first part) runs on this share of the live frames at least, however dear: the
+# window's plots move once in three seconds in the worst case.
+MIN_WHOLE_SHARE = 1 / 3
 # Between two parts of a frame: long enough for the event loop to run Qt's paint of the last part (posted
 # events come before timers), short enough that the frame's parts land together to the eye.
 PART_GAP_MS = 1
@@ -78,6 +89,11 @@ class PaintClock(QtCore.QObject):
         self._paced = paced  # told the live interval after each live frame (the window tells its engine)
         self._live_mark: tuple[float, float] | None = None  # (now, cpu) as the last live paint began
         self.frame_cpu: float | None = None  # the running estimate of a live frame's CPU seconds
+        self.short_cpu: float | None = None  # the same of a live frame cut after its first part
+        self.short_frames = 0  # live frames that ran their first part only (their rest was dear)
+        self._credit = 1.0  # whole frames owed: the share of each live frame adds to it, a whole one takes 1
+        self._cut = False  # the frame in parts stops after its first part
+        self._last_whole = True  # the last frame ran all of its parts
         self.streaming = False  # a generation (or a followed trace) is growing: the live rate
         self.paints = 0
         self.due: float | None = None  # when the pending paint runs (None: nothing pending)
@@ -111,6 +127,16 @@ class PaintClock(QtCore.QObject):
         want = (self.frame_cpu or 0.0) / CPU_BUDGET
         return min(SLOWEST_LIVE_MS / 1000, max(LIVE_MS / 1000, want))
 
+    def whole_share(self) -> float:
+        """The share of live frames that run whole: 1 unless a whole frame a second costs more than the budget."""
+        whole, floor = self.frame_cpu, SLOWEST_LIVE_MS / 1000
+        if whole is None or whole <= CPU_BUDGET * floor:
+            return 1.0
+        short = self.short_cpu or 0.0  # (none measured yet: the share a frame of no first part would get)
+        if whole <= short:
+            return 1.0
+        return min(1.0, max(MIN_WHOLE_SHARE, (CPU_BUDGET * floor - short) / (whole - short)))
+
     def mark(self) -> None:
         """Something changed: paint it at the current rate."""
         self._dirty = True
@@ -138,6 +164,7 @@ class PaintClock(QtCore.QObject):
             return
         self._hold_until = -math.inf
         self._last = -math.inf
+        self._credit = 1.0  # (the turn's start is shown whole)
         if self._dirty:
             self._reschedule()
 
@@ -155,8 +182,12 @@ class PaintClock(QtCore.QObject):
         live = self.live
         if live:
             self._measure()
+            share = self.whole_share()
+            self._credit = min(self._credit + share, 1.0 + share)
+            self._cut = self._credit < 1.0
         else:  # an interaction's or a rest's frame (a full repaint, a zoom) says nothing of a live one
             self._live_mark = None
+            self._credit, self._cut = 1.0, False
         frame = self._paint()
         if isinstance(frame, types.GeneratorType):
             self._frame, self._frame_live = frame, live
@@ -183,23 +214,35 @@ class PaintClock(QtCore.QObject):
             self._frame = None  # (a part that failed ends its frame)
             raise
         else:
-            if wait:
+            if self._cut:  # a dear frame's first part only: the rest waits for a whole frame
+                self._frame = None
+                frame.close()
+                self.short_frames += 1
+                self._frame_done(self._frame_live, whole=False)
+                self._dirty = True
+                self._schedule()
+            elif wait:
                 self._part_timer.start(PART_GAP_MS)
 
-    def _frame_done(self, live: bool) -> None:
+    def _frame_done(self, live: bool, whole: bool = True) -> None:
+        self._last_whole = whole
+        if whole and live:
+            self._credit = max(self._credit - 1.0, -1.0)
         gui_thread_gc.checkpoint()  # (its garbage goes in this wake-up: the collector's timer need not wake)
         if live and self._paced is not None:
             self._paced(self.live_interval())
 
     def _measure(self) -> None:
         """A live frame begins: the last one's cost (all of it: its paint, Qt's, the reads since) joins
-        the estimate, when that frame was the one before this."""
+        the estimate of its kind (whole or short), when that frame was the one before this."""
         at, cpu = self._last, self.cpu()
         last, self._live_mark = self._live_mark, (at, cpu)
         if last is not None and at - last[0] <= MEASURED_GAP_S:
             cost = cpu - last[1]
-            self.frame_cpu = cost if self.frame_cpu is None else (
-                FRAME_SMOOTHING * cost + (1 - FRAME_SMOOTHING) * self.frame_cpu)
+            if self._last_whole:
+                self.frame_cpu = _smoothed(self.frame_cpu, cost)
+            else:
+                self.short_cpu = _smoothed(self.short_cpu, cost)
 
     def stop(self) -> None:
         self._timer.stop()
@@ -227,6 +270,10 @@ class PaintClock(QtCore.QObject):
             return  # already due as soon or sooner
         self.due = due
         self._timer.start(max(0, int(math.ceil((due - now) * 1000))))
+
+
+def _smoothed(estimate: float | None, cost: float) -> float:
+    return cost if estimate is None else FRAME_SMOOTHING * cost + (1 - FRAME_SMOOTHING) * estimate
 
 
 def on_screen(widget) -> bool:

@@ -10,6 +10,7 @@ from kvinspect.gui.base.paint_clock import (
     CPU_BUDGET,
     INTERACTIVE_MS,
     LIVE_MS,
+    MIN_WHOLE_SHARE,
     PREFILL_HOLD_S,
     SETTLE_S,
     SLOWEST_LIVE_MS,
@@ -378,3 +379,72 @@ def test_a_frame_in_parts_is_running_until_its_last_part_and_finishes_before_the
     clock.flush()
     clock.stop()  # (closing the window): the rest of the frame is dropped, nothing runs later
     assert log == ["a", "b", "a", "b", "a"] and not clock.running
+
+
+def _clock_in_parts(time: FakeTime, first_s: float, rest_s: float):
+    """A clock whose paint is in two parts: the first costs ``first_s`` of CPU (the transcript), the rest
+    ``rest_s`` (the plots and panels). Logs which parts ran, at what time."""
+    cpu, log = FakeCPU(), []
+
+    def paint():
+        log.append(("first", time.t))
+        cpu.t += first_s
+        yield
+        log.append(("rest", time.t))
+        cpu.t += rest_s
+
+    clock = PaintClock(paint, now=time, cpu=cpu)
+    clock.streaming = True
+    return clock, cpu, log
+
+
+def test_where_a_frame_a_second_is_dear_its_rest_runs_on_the_share_the_budget_pays_for(qapp):
+    # (first part, rest) -> the share of live frames that run whole
+    for first_s, rest_s, share in ((0.001, 0.004, 1.0),  # cheap: every frame whole, at the budget's rate
+                                   (0.002, 0.028, (CPU_BUDGET - 0.002) / 0.028),  # half of them
+                                   (0.012, 0.100, MIN_WHOLE_SHARE)):  # however dear: one in three
+        time = FakeTime()
+        clock, cpu, log = _clock_in_parts(time, first_s, rest_s)
+        _stream(clock, time, 20 * 60, 1 / 20)  # a minute at 20 tokens a second
+        settled = [(part, t) for part, t in log if t > log[0][1] + 10]  # the estimates settle in the first frames
+        firsts = [t for part, t in settled if part == "first"][:-1]  # (less the stream's last flush)
+        rests = [t for part, t in settled if part == "rest" and t <= firsts[-1]]
+        gaps = [b - a for a, b in zip(firsts, firsts[1:])]
+        want = min(SLOWEST_LIVE_MS / 1000, max(LIVE_MS / 1000, (first_s + rest_s) / CPU_BUDGET))
+        assert max(gaps) <= want + 1 / 20 + 1e-6, (first_s, rest_s)  # the first part: at the live rate, however dear
+        assert abs(len(rests) / len(firsts) - share) < 0.05, (first_s, rest_s, len(rests), len(firsts))
+        if share < 1:
+            assert clock.short_frames > 0 and clock.short_cpu is not None and abs(clock.short_cpu - first_s) < 1e-6
+            spent = first_s * len(firsts) + rest_s * len(rests)
+            budget = max(CPU_BUDGET, first_s + MIN_WHOLE_SHARE * rest_s) * (firsts[-1] - firsts[0] + want)
+            assert spent <= budget * 1.05, (first_s, rest_s, spent, budget)
+        else:
+            assert clock.short_frames == 0
+
+
+def test_a_short_frame_leaves_its_rest_to_paint_and_a_turn_end_or_a_drag_paints_whole(qapp):
+    time = FakeTime()
+    clock, cpu, log = _clock_in_parts(time, 0.010, 0.050)
+    _stream(clock, time, 20 * 10, 1 / 20)
+    assert clock.whole_share() == MIN_WHOLE_SHARE
+    log.clear()
+    while not log or log[-1][0] != "first" or clock._frame is not None:  # stream until a frame is cut short
+        time.t += 0.05
+        clock.mark()
+        if clock.due is not None and clock.due <= time.t:
+            clock.flush()
+    assert clock.running and clock._dirty  # what it did not paint is still to come, with no new line
+    clock.streaming = False  # the turn ends: its last paint runs whole
+    clock.mark()
+    time.t = clock.due
+    clock.flush()
+    clock.finish()
+    assert [part for part, _ in log[-2:]] == ["first", "rest"]
+    clock.streaming = True
+    for _ in range(3):  # a drag while a dear stream runs: every frame whole
+        log.clear()
+        clock.interact()
+        time.t = clock.due
+        clock.flush()
+        clock.finish()
+        assert [part for part, _ in log] == ["first", "rest"]

@@ -118,6 +118,45 @@ def test_a_turn_painted_live_ends_as_the_same_record_painted_at_once(qtbot, wind
     _compare_with_painted_at_once(qtbot, window, tmp_path, "stop")
 
 
+def test_where_frames_are_dear_the_text_moves_each_frame_the_plots_on_a_share_and_a_stop_ends_whole(
+        qtbot, window, tmp_path):
+    """On a machine where a frame a second costs more than the window's CPU budget (made so here: each
+    render of the plots counts 60 ms more on the clock's CPU clock), the transcript still takes its
+    tokens every live frame and the plots are painted on a share of them; Stop then shows the record
+    as a full repaint of it would."""
+    load(qtbot, window, "tiny-gemma3")
+    window.tokens_dock.raise_()
+    dear, appended, rendered = [0.0], [0], [0]
+    render, append, cpu = window.plots.render, window.chat.append_tokens, window.clock.cpu
+
+    def dear_render(*a, **kw):
+        if window.clock.streaming:
+            rendered[0] += 1
+        dear[0] += 0.06
+        return render(*a, **kw)
+
+    def counted_append(text):
+        appended[0] += window.clock.streaming
+        return append(text)
+
+    window.plots.render = dear_render
+    window.chat.append_tokens = counted_append
+    window.clock.cpu = lambda: cpu() + dear[0]
+    c = window.controller
+    window.chat.max_new.setValue(100_000)
+    window.chat.input.setPlainText("Tell me everything about sliding windows, at length.")
+    with qtbot.waitSignal(c.turnFinished, timeout=TURN_TIMEOUT_MS) as finished:
+        window.chat.send()
+        qtbot.waitUntil(lambda: window.clock.short_frames >= 1, timeout=TURN_TIMEOUT_MS)  # the estimates settled
+        before = appended[0], rendered[0]
+        qtbot.waitUntil(lambda: window.clock.short_frames >= 4 and rendered[0] > before[1], timeout=TURN_TIMEOUT_MS)
+        texts, plots = appended[0] - before[0], rendered[0] - before[1]
+        window.stop()
+    assert finished.args[0].status == "stopped"
+    assert window.clock.whole_share() < 1 and texts >= plots + 2, (texts, plots)
+    _compare_with_painted_at_once(qtbot, window, tmp_path, "dear-stop")
+
+
 def test_each_stream_line_is_decoded_once_and_never_by_a_paint(qtbot, window):
     load(qtbot, window, "tiny-gemma3")
     live = window.controller.live
