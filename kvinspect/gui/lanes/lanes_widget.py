@@ -84,6 +84,8 @@ class PlotsWidget(QtWidgets.QWidget):
         self._drafts: dict[int, int] = {}  # step -> rejected drafts generate() cropped after it
         self._caching = True
         self._uncached: list = []
+        self._hold_whole = False  # a render that moves the view leaves Qt's paint of it to release_paint()
+        self.held = False  # the view's repaint waits for release_paint()
         # Items are cached as pixmaps in QPixmapCache (graphics/view_span.py); its default 10 MiB holds
         # fewer than a view's items at 1000 × 600, and evicting them every frame costs more than
         # not caching at all.
@@ -246,13 +248,24 @@ class PlotsWidget(QtWidgets.QWidget):
         self._growing = bool(on)
         self.tokens.yrange.growing = self.memory.kv_range.growing = self._growing
 
-    def render(self, record, step: int | None = None, force: bool = False) -> bool:
-        """Draw ``record`` (up to ``step`` when given). Returns True when something was redrawn."""
-        self._rendering = True
+    def render(self, record, step: int | None = None, force: bool = False, hold_whole: bool = False) -> bool:
+        """Draw ``record`` (up to ``step`` when given). Returns True when something was redrawn.
+
+        ``hold_whole``: when the view moves (a range step, a new record, a forced redraw), Qt's paint of
+        it waits for :meth:`release_paint` (``held`` says so). Such a frame repaints every lane, and a
+        caller painting in parts lets the event loop run between the render and that paint.
+        """
+        self._rendering, self._hold_whole = True, hold_whole
         try:
             return self._render(record, step, force)
         finally:
-            self._rendering = False
+            self._rendering = self._hold_whole = False
+
+    def release_paint(self) -> None:
+        """Let Qt paint the view a held render moved: all of it, at the event loop's next paint."""
+        if self.held:
+            self.held = False
+            self.view.viewport().setUpdatesEnabled(True)  # (which asks for a paint of the whole viewport)
 
     def _render(self, record, step: int | None, force: bool) -> bool:
         if record is not self.record:
@@ -285,6 +298,12 @@ class PlotsWidget(QtWidgets.QWidget):
         cols = max(int(vb.width()), 100)
         stamp = (s.n, step, round(a, 3), round(b, 3), cols, int(vb.height()))
         moved = force or self._stamp is None or stamp[2:] != self._stamp[2:]
+        if moved and self._hold_whole and not self.held and self.isVisible():
+            # The scene tells the viewport what its items changed from the event loop (a queued call):
+            # with the viewport's updates off until then, nothing is painted before release_paint(),
+            # which repaints it whole, as a moved view's items all are.
+            self.held = True
+            self.view.viewport().setUpdatesEnabled(False)
         # A live step of the view keeps the pixmap caches: this frame redraws every item into its
         # cache, once. Turned off, the next frame would draw them all again to turn them back on.
         self._set_caching(not moved or stepped)

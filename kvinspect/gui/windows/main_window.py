@@ -694,9 +694,12 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         """The paint clock's paint: tokens in one batch, the plots, and the panels whose content moved.
 
         In two parts: Qt paints the transcript's new text before the plots are rendered (see
-        :class:`PaintClock`), so the GUI thread is not held for the whole frame at once. (Each part is a
+        :class:`PaintClock`), so the GUI thread is not held for the whole frame at once; a frame that
+        moves the plots' view (a range step, a turn's start) paints them in a third part, after the
+        event loop has had a turn between their render and that paint of every lane. (Each part is a
         paint of the window: a third, for the panels and the status bar's step count, cost more than it
-        split.)
+        split.) Where a whole frame a second is dearer than the window's CPU budget, the clock ends some
+        live frames after the first part: the text moves every second, the rest on a share of them.
         """
         text = self.controller.drain_tokens()
         if text:
@@ -705,7 +708,7 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
         r = self.record  # (read after the part: a turn clicked meanwhile is what the rest shows)
         if r is not None:
             if on_screen(self.plots):
-                self.plots.render(r, self.step)
+                self.plots.render(r, self.step, hold_whole=True)
             for panel in [p for p in self._stale if on_screen(p)]:
                 self._stale.discard(panel)
                 panel.render(r, self.step)
@@ -717,6 +720,11 @@ class MainWindow(TraceActions, QtWidgets.QMainWindow):
                 self._render_panels(r, self.step)
             else:
                 self._show_steps(r)
+        if self.plots.held:  # a moved view repaints every lane: Qt's paint of them in a part of its own
+            try:
+                yield
+            finally:
+                self.plots.release_paint()
         self.renderedTick.emit()
 
     # -- Qt events ------------------------------------------------------------------------

@@ -596,3 +596,49 @@ def test_a_new_record_is_drawn_by_its_render_without_asking_for_the_interactive_
     assert asked == []
     w.set_follow(True)
     assert asked == [1]
+
+
+def test_a_held_render_of_a_moved_view_paints_nothing_until_released_then_all_of_it(qtbot):
+    """``hold_whole``: a frame whose view steps (here the step axis) leaves Qt's paint of it to
+    ``release_paint()``, so a caller painting in parts lets the event loop run between the render and
+    that paint. Until then nothing of the view is painted; then it is painted once, whole, and the screen
+    equals a full repaint. A frame that only appends a step is not held."""
+    from PySide6 import QtWidgets
+
+    steps, layers, grow = 640, 8, 600
+    rec, cols, w, app = _growing_plots(qtbot, steps, layers, grow)
+    viewport = w.view.viewport()
+    area = _painted_areas(viewport)
+    whole = viewport.width() * viewport.height()
+    held = appended = 0
+    for at in range(steps - grow, steps):
+        rec.append_columns({k: v[at: at + 1] for k, v in cols.items()})
+        area.areas.clear()
+        top = _ranges(w)[0]
+        w.render(rec, hold_whole=True)
+        for _ in range(3):
+            app.sendPostedEvents()
+            app.processEvents()
+        if _ranges(w)[0] == top:  # an appended step: its strip painted at once
+            assert not w.held
+            appended += 1
+            continue
+        assert w.held and area.areas == [], area.areas
+        w.release_paint()
+        for _ in range(3):
+            app.sendPostedEvents()
+            app.processEvents()
+        assert not w.held and area.areas == [whole], (area.areas, whole)
+        held += 1
+    viewport.removeEventFilter(area)
+    assert held >= 3 and appended > 100, (held, appended)
+    if w.screen().depth() < 24:
+        pytest.skip(f"a {w.screen().depth()}-bit screen: the pixels are compared offscreen, in 32 bits")
+    live = _on_screen(w)
+    for item in w.view.scene().items():
+        mode = item.cacheMode()
+        item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.NoCache)
+        item.setCacheMode(mode)
+    viewport.repaint()
+    app.processEvents()
+    assert live == _on_screen(w)
