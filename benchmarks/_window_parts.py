@@ -125,6 +125,17 @@ def _install() -> None:
     from kvinspect.gui.lanes.tokens_lane import TokensLane
     from kvinspect.gui.panels.chat_panel import ChatPanel
 
+    dearer = float(os.environ.get("KVINSPECT_PARTS_DEARER_MS") or 0) / 1000
+    if dearer:  # a slower machine's plots, emulated: a render spins this much more of the thread's CPU
+        render = PlotsWidget.render
+
+        def dear_render(self, *a, **k):
+            end = time.thread_time() + dearer
+            while time.thread_time() < end:
+                pass
+            return render(self, *a, **k)
+
+        PlotsWidget.render = dear_render
     for cls, name, key in ((PaintClock, "flush", "clock paint"), (PlotsWidget, "render", "  plots.render"),
                            (RecordSeries, "update", "    series.update"), (HeatmapLane, "refresh", "    heatmap lane"),
                            (TokensLane, "refresh", "    tokens lane"), (MemoryLane, "refresh", "    memory lane"),
@@ -156,6 +167,18 @@ def _install() -> None:
 
     if next_part is not None:  # (a baseline's clock may paint in one piece)
         PaintClock.flush, PaintClock._next_part = counted_flush, counted_part
+    clocks: list = []  # the window's paint clock: its frames over the span, and those cut short
+    init = PaintClock.__init__
+
+    def kept_init(self, *a, **k):
+        init(self, *a, **k)
+        clocks.append(self)
+
+    PaintClock.__init__ = kept_init
+
+    def frames() -> tuple[int, int]:
+        return (clocks[0].paints, getattr(clocks[0], "short_frames", 0)) if clocks else (0, 0)
+
     feed = LiveTrace.feed_line
     append = ChatPanel.append_tokens
 
@@ -172,10 +195,11 @@ def _install() -> None:
         elif kind == "turn" and FIRST and isinstance(obj, dict):
             FIRST[-1]["ttft"] = obj.get("ttft_s")
         if kind == "turn_start" and not START:
-            START.update(t=time.thread_time(), p=time.process_time(), w=time.monotonic())
+            START.update(t=time.thread_time(), p=time.process_time(), w=time.monotonic(), clock=frames())
         elif kind == "turn" and START:
             # Every turn line moves the span's end: the last one closes it (what follows is idle).
             END.update(t=time.thread_time(), p=time.process_time(), w=time.monotonic(), acc=dict(ACC),
+                       clock=tuple(b - a for a, b in zip(START["clock"], frames())),
                        calls=dict(CALLS))
         return feed(self, kind, obj, raw)
 
@@ -189,6 +213,10 @@ def report() -> None:
     wall = END["w"] - START["w"]
     print(f"parts: {wall:.1f} s streaming; GUI thread {(END['t'] - START['t']) / wall:.4f} cores, process "
           f"{(END['p'] - START['p']) / wall:.4f} cores", file=sys.stderr)
+    clock = END.get("clock")
+    if clock:
+        print(f"  frames: {clock[0] / wall:.2f}/s, of them cut to their first part {clock[1] / wall:.2f}/s",
+              file=sys.stderr)
     for i, f in enumerate(FIRST):
         shown = f"{1e3 * (f['shown'] - f['start']):.0f} ms" if "shown" in f else "never"
         ttft = f"{1e3 * f['ttft']:.0f} ms" if isinstance(f.get("ttft"), (int, float)) else "-"

@@ -24,7 +24,12 @@ plots' render and each lane, the plots' Qt paint, the transcript, the stream rea
 over the streaming span and prints cores, calls a second and ms a call of each; cProfile inflates a
 paint's many small calls, these counters do not. ``--events`` adds the split by the Qt event being
 delivered (what Qt itself does between those parts); ``--items`` the split of the plots' Qt paint by the
-graphics item painted.
+graphics item painted. With ``--baseline`` the counted runs alternate between the two checkouts (this
+one's counters on both). ``--dearer MS`` makes each render of the plots spin that much more CPU, as a
+slower machine or a model of more layers would: what the window does when a frame a second costs more
+than its budget (docs/redraw.md)::
+
+    .venv/bin/python benchmarks/window_cpu.py --parts --dearer 12 --runs 2 --baseline /tmp/base
 
 ``--profile`` runs the window under ``python -m cProfile`` with ``--exit-when-done`` (the streaming
 phase only: the profile is written when the window exits) and prints its top entries.
@@ -200,15 +205,17 @@ def profile(script: Path, folder: Path, base_env: dict, args) -> None:
     print_profile(args.profile, args.top)
 
 
-def parts(script: Path, folder: Path, base_env: dict, args) -> None:
+def parts(script: Path, folder: Path, base_env: dict, args, root: Path = ROOT) -> None:
     env = _env(base_env, folder)
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(root)  # (a baseline's window, counted by this checkout's _window_parts.py)
     if args.events:
         env["KVINSPECT_PARTS_EVENTS"] = "1"
     if args.items:
         env["KVINSPECT_PARTS_ITEMS"] = "1"
+    if args.dearer:
+        env["KVINSPECT_PARTS_DEARER_MS"] = str(args.dearer)
     cmd = [sys.executable, str(Path(__file__).resolve().parent / "_window_parts.py"), *_done_when_finished(script, args)]
-    p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
+    p = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=args.timeout)
     lines = p.stderr.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("parts:")), None)
     if p.returncode != 0 or start is None:
@@ -255,6 +262,8 @@ def main(argv=None) -> int:
                     "event delivered")
     ap.add_argument("--items", action="store_true", help="with --parts: also count each graphics item's paint in "
                     "the plots' Qt paint")
+    ap.add_argument("--dearer", type=float, default=0.0, help="with --parts: each render of the plots costs this many "
+                    "ms more of the GUI thread's CPU (a slower machine, or more layers, emulated)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--baseline", default=None, help="another checkout (e.g. `git archive` of the commit before) "
                     "whose window runs interleaved with this one's, run by run")
@@ -270,12 +279,16 @@ def main(argv=None) -> int:
         if args.profile:
             profile(script, tmp / "profile", env, args)
             return 0
+        arms = [("this", ROOT)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
         if args.parts or args.events or args.items:
-            parts(script, tmp / "parts", env, args)
+            for i in range(args.runs):
+                for name, root in (arms if i % 2 == 0 else arms[::-1]):
+                    if len(arms) > 1 or args.runs > 1:
+                        print(f"run {i + 1} ({name}):")
+                    parts(script, tmp / f"parts-{i}-{name}", env, args, root)
             return 0
         print(f"window_cpu: {args.model} on {args.device}, script {script.name}, window on {env['DISPLAY']} (xcb), "
               f"{os.cpu_count()} cores, sampled every {SAMPLE_S} s")
-        arms = [("this", ROOT)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
         for i in range(args.runs):
             for name, root in (arms if i % 2 == 0 else arms[::-1]):
                 r = run_once(script, tmp / f"run-{i}-{name}", env, args, root)
