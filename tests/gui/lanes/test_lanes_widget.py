@@ -256,6 +256,25 @@ def _on_screen(w):
     return w.screen().grabWindow(w.window().winId(), at.x(), at.y(), vp.width(), vp.height()).toImage()
 
 
+def _assert_on_screen_as_a_full_repaint(w, app):
+    """What the last paints left on screen equals the same view repainted whole with every item's pixmap
+    cache dropped."""
+    from PySide6 import QtWidgets
+
+    if w.screen().depth() < 24:
+        # (pytest-xvfb's screen is 16-bit: there translucent items blend with a rounding that depends on
+        # the region painted, and a full repaint differs from any partial one by a colour step)
+        pytest.skip(f"a {w.screen().depth()}-bit screen: the pixels are compared offscreen, in 32 bits")
+    live = _on_screen(w)
+    for item in w.view.scene().items():
+        mode = item.cacheMode()
+        item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.NoCache)
+        item.setCacheMode(mode)
+    w.view.viewport().repaint()
+    app.processEvents()
+    assert live == _on_screen(w), "the last paints left pixels on screen that a full repaint does not paint"
+
+
 def _growing_plots(qtbot, steps: int, layers: int, grow: int):
     """A shown 1000 × 600 plots widget drawing ``_growing_record`` as a generation (``growing``), painted once."""
     from PySide6 import QtWidgets
@@ -298,8 +317,6 @@ def test_live_frames_repaint_a_strip_and_leave_on_screen_what_a_full_repaint_pai
     """A live frame asks Qt for the strip its items changed, not their lanes; after many such frames
     (solid curves, the heatmap, dashed curves whole) the screen equals the same view repainted whole
     with every item's pixmap cache dropped."""
-    from PySide6 import QtWidgets
-
     steps, layers, grow = 2000, 30, 120
     rec, cols, w, app = _growing_plots(qtbot, steps, layers, grow)
     heat_px = w.heat.plot.getViewBox().width() * w.heat.plot.getViewBox().height()
@@ -317,18 +334,7 @@ def test_live_frames_repaint_a_strip_and_leave_on_screen_what_a_full_repaint_pai
     # Most frames repaint a strip a few pixels wide (the heatmap's new column, the solid curves' ends);
     # none repaints less than it changed, which the screen check below would show.
     assert sorted(frames)[len(frames) // 2] < 0.6 * heat_px, frames
-    if w.screen().depth() < 24:
-        # (pytest-xvfb's screen is 16-bit: there translucent items blend with a rounding that depends on
-        # the region painted, and a full repaint differs from any partial one by a colour step)
-        pytest.skip(f"a {w.screen().depth()}-bit screen: the pixels are compared offscreen, in 32 bits")
-    live = _on_screen(w)
-    for item in w.view.scene().items():
-        mode = item.cacheMode()
-        item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.NoCache)
-        item.setCacheMode(mode)
-    w.view.viewport().repaint()
-    app.processEvents()
-    assert live == _on_screen(w), "a live frame left pixels on screen that a full repaint does not paint"
+    _assert_on_screen_as_a_full_repaint(w, app)
 
 
 def test_a_zoom_back_out_draws_what_a_fresh_redraw_draws(qtbot):
@@ -603,8 +609,6 @@ def test_a_held_render_of_a_moved_view_paints_nothing_until_released_then_all_of
     ``release_paint()``, so a caller painting in parts lets the event loop run between the render and
     that paint. Until then nothing of the view is painted; then it is painted once, whole, and the screen
     equals a full repaint. A frame that only appends a step is not held."""
-    from PySide6 import QtWidgets
-
     steps, layers, grow = 640, 8, 600
     rec, cols, w, app = _growing_plots(qtbot, steps, layers, grow)
     viewport = w.view.viewport()
@@ -632,13 +636,4 @@ def test_a_held_render_of_a_moved_view_paints_nothing_until_released_then_all_of
         held += 1
     viewport.removeEventFilter(area)
     assert held >= 3 and appended > 100, (held, appended)
-    if w.screen().depth() < 24:
-        pytest.skip(f"a {w.screen().depth()}-bit screen: the pixels are compared offscreen, in 32 bits")
-    live = _on_screen(w)
-    for item in w.view.scene().items():
-        mode = item.cacheMode()
-        item.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.NoCache)
-        item.setCacheMode(mode)
-    viewport.repaint()
-    app.processEvents()
-    assert live == _on_screen(w)
+    _assert_on_screen_as_a_full_repaint(w, app)
