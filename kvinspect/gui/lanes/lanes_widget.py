@@ -84,7 +84,6 @@ class PlotsWidget(QtWidgets.QWidget):
         self._drafts: dict[int, int] = {}  # step -> rejected drafts generate() cropped after it
         self._caching = True
         self._uncached: list = []
-        self._hold_whole = False  # a render that moves the view leaves Qt's paint of it to release_paint()
         self.held = False  # the view's repaint waits for release_paint()
         # Items are cached as pixmaps in QPixmapCache (graphics/view_span.py); its default 10 MiB holds
         # fewer than a view's items at 1000 × 600, and evicting them every frame costs more than
@@ -255,11 +254,11 @@ class PlotsWidget(QtWidgets.QWidget):
         it waits for :meth:`release_paint` (``held`` says so). Such a frame repaints every lane, and a
         caller painting in parts lets the event loop run between the render and that paint.
         """
-        self._rendering, self._hold_whole = True, hold_whole
+        self._rendering = True
         try:
-            return self._render(record, step, force)
+            return self._render(record, step, force, hold_whole)
         finally:
-            self._rendering = self._hold_whole = False
+            self._rendering = False
 
     def release_paint(self) -> None:
         """Let Qt paint the view a held render moved: all of it, at the event loop's next paint."""
@@ -267,7 +266,7 @@ class PlotsWidget(QtWidgets.QWidget):
             self.held = False
             self.view.viewport().setUpdatesEnabled(True)  # (which asks for a paint of the whole viewport)
 
-    def _render(self, record, step: int | None, force: bool) -> bool:
+    def _render(self, record, step: int | None, force: bool, hold_whole: bool) -> bool:
         if record is not self.record:
             self._set_record(record)  # (its new view resizes, fits and picks its layers: drawn below)
             force = True
@@ -298,7 +297,7 @@ class PlotsWidget(QtWidgets.QWidget):
         cols = max(int(vb.width()), 100)
         stamp = (s.n, step, round(a, 3), round(b, 3), cols, int(vb.height()))
         moved = force or self._stamp is None or stamp[2:] != self._stamp[2:]
-        if moved and self._hold_whole and not self.held and self.isVisible():
+        if moved and hold_whole and not self.held and self.isVisible():
             # The scene tells the viewport what its items changed from the event loop (a queued call):
             # with the viewport's updates off until then, nothing is painted before release_paint(),
             # which repaints it whole, as a moved view's items all are.
