@@ -215,8 +215,11 @@ def report() -> None:
           f"{(END['p'] - START['p']) / wall:.4f} cores", file=sys.stderr)
     clock = END.get("clock")
     if clock:
-        print(f"  frames: {clock[0] / wall:.2f}/s, of them cut to their first part {clock[1] / wall:.2f}/s",
-              file=sys.stderr)
+        from kvinspect.gui.base.paint_clock import MIN_WHOLE_SHARE
+
+        whole = (clock[0] - clock[1]) / clock[0] if clock[0] else 1.0
+        print(f"  frames: {clock[0] / wall:.2f}/s, of them cut to their first part {clock[1] / wall:.2f}/s "
+              f"(whole: {whole:.0%}; the floor is MIN_WHOLE_SHARE, {MIN_WHOLE_SHARE:.0%})", file=sys.stderr)
     for i, f in enumerate(FIRST):
         shown = f"{1e3 * (f['shown'] - f['start']):.0f} ms" if "shown" in f else "never"
         ttft = f"{1e3 * f['ttft']:.0f} ms" if isinstance(f.get("ttft"), (int, float)) else "-"
