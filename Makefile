@@ -17,7 +17,7 @@ XDIST_ENV = $(if $(filter 0,$(TEST_JOBS)),,OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1
 COMPAT_VENV ?= .venv-tf456
 COMPAT_TRANSFORMERS ?= transformers==4.56.2
 
-.PHONY: setup run fetch lint test test-xvfb test-compat test-compare-env screenshot bench clean fuzz
+.PHONY: setup run fetch lint test test-xvfb test-compat test-compare-env test-compiled screenshot bench clean fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,12 @@ test-compat: $(COMPAT_VENV)/.installed fetch
 test-compare-env: $(STAMP) $(COMPAT_VENV)/.installed fetch
 	KVINSPECT_REQUIRE_SMOLLM2=1 KVINSPECT_COMPAT_PYTHON=$(CURDIR)/$(COMPAT_VENV)/bin/python PYTHONPATH=$(CURDIR) \
 		$(PY) -m pytest -q -p no:qt -p no:xvfb tests/compare_env $(PYTEST_ARGS)
+
+# Every built-in's forward compiled with fullgraph=True, plainly and under `kvinspect trace` (docs/observe.md);
+# `make test` runs two of them. About 7 min a pass here.
+test-compiled: setup
+	KVINSPECT_COMPILED_SPECS=$$($(VENV)/bin/python -c "from kvinspect.core.model.catalog import BUILTINS; print(','.join(b.name for b in BUILTINS if not b.fetch))") \
+		$(PY) -m pytest -q -p no:qt -p no:xvfb tests/core/observe/test_compiled.py -k fullgraph $(PYTEST_ARGS)
 
 screenshot: fetch
 	QT_QPA_PLATFORM=offscreen $(VENV)/bin/kvinspect gui --model tiny-gemma3 --script resources/scripts/demo.json \

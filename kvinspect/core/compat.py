@@ -24,6 +24,18 @@ def _forward_params(cls: type[Any]) -> frozenset[str]:
         return frozenset()
 
 
+def compiling_test():
+    """torch's own answer to "is torch.compile tracing this call?" (``torch.compiler.is_compiling``).
+
+    Every observation hook asks it first and steps aside when it says yes: a hook that Dynamo traces into
+    a compiled graph breaks ``fullgraph=True`` and adds graph breaks elsewhere (docs/observe.md). Dynamo
+    folds the call to a constant, so the hook costs the graph nothing."""
+    import torch
+
+    test = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return test if test is not None else torch._dynamo.is_compiling
+
+
 def cache_kwarg(model) -> str:
     """``cache`` on 5.24+, ``past_key_values`` before."""
     # The ignore: mypy does not see a class object as Hashable (it checks object.__hash__ unbound).

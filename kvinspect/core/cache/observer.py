@@ -18,7 +18,7 @@ import numpy as np
 from kvinspect.core.cache.layer_groups import LayerGroups
 from kvinspect.core.cache.memory import MemorySampler
 from kvinspect.core.cache.probe import CacheProbe
-from kvinspect.core.compat import cache_from_call
+from kvinspect.core.compat import cache_from_call, compiling_test
 
 
 class StepSample:
@@ -134,6 +134,7 @@ class StepObserver:
         self.calls = 0
         self.time_in_hook = 0.0
         self._out_key: str | None = None  # the output field the last cache came in ("cache" in 5.x)
+        self._compiling = compiling_test()
 
     def attach(self) -> StepObserver:
         if self._handle is None:
@@ -157,8 +158,8 @@ class StepObserver:
 
     def _hook(self, module, args, kwargs, output) -> None:
         # One function on the fast path, common case first: it runs with the CPU caches cold, where
-        # every call and attribute read costs (docs/probe.md).
-        if not self.enabled:
+        # every call and attribute read costs (docs/probe.md). Inside a compiled graph it steps aside.
+        if self._compiling() or not self.enabled:
             return None
         t0 = perf_counter()
         ids = kwargs.get("input_ids")

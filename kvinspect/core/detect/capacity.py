@@ -11,6 +11,10 @@ inside transformers (``IndexError: index_copy_(): index N is out of bounds``; tr
   turn's new input again, plus ``max_new_tokens``) would not;
 - ``capacity_exceeded`` (error): a turn needed more rows than exist (it failed, or a layer has
   seen more positions than it has rows).
+
+Both speak only of a cache that outlives its call: one the program passed in, holds, or got back.
+One that ``generate(cache_implementation="static")`` built for itself is sized for that call and
+dropped after it.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ def _fix(need: int) -> str:
 
 def capacity_events(ctx, status: str, prompt_tokens: int, reused: int, made: int) -> list[Event]:
     """``capacity_exceeded`` for a turn that needed more rows than exist, else ``capacity_near`` for the next."""
-    bound = bound_of(ctx.snapshot)
+    bound = bound_of(ctx.snapshot) if ctx.cache_outlives_call else None
     if bound is None:
         return []
     cap, max_new = bound.capacity, ctx.max_new_tokens

@@ -71,6 +71,9 @@ class TurnContext:
     decode: Any = None  # optional callable ids -> text, for divergence excerpts
     max_positions: int | None = None  # the model's max_position_embeddings, when it has one
     max_new_tokens: int | None = None  # the turn's generation limit, when known (capacity projections)
+    # False where generate() built the cache for this call alone (none passed in, none returned): no next turn
+    # can reuse it, so nothing is predicted of its capacity.
+    cache_outlives_call: bool = True
     opening: int | None = None  # tokens of the first prompt the reused cache took (divergence causes)
     special_ids: frozenset = frozenset()  # the tokenizer's special ids (divergence details)
     role: str = ""  # "draft": the turn is a draft model's share of another model's generate() call

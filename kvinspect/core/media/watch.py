@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvinspect.core.compat import compiling_test
 from kvinspect.core.media.images import per_image, pixel_hash
 from kvinspect.core.media.spans import ImageTokens
 
@@ -50,6 +51,7 @@ class MediaWatch:
         inner = getattr(model, "model", None)
         body = inner if inner is not None and hasattr(inner, "register_forward_pre_hook") else model
         self._body = body
+        self._compiling = compiling_test()  # a compiled forward's hooks step aside (core/compat.py)
         self._handles = [tower.register_forward_pre_hook(self._on_tower, with_kwargs=True),
                          body.register_forward_pre_hook(self._on_forward, with_kwargs=True)]
 
@@ -64,6 +66,8 @@ class MediaWatch:
         return cls(model, tower, tokens)
 
     def _on_forward(self, module, args, kwargs):
+        if self._compiling():
+            return None
         fed = self._fed
         fed.forwards += 1
         if fed.forwards == 1:
@@ -75,6 +79,8 @@ class MediaWatch:
         return None
 
     def _on_tower(self, module, args, kwargs):
+        if self._compiling():
+            return None
         px = args[0] if args else kwargs.get("pixel_values", kwargs.get("hidden_states"))
         fed = self._fed
         fed.vision_calls += 1

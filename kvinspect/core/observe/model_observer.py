@@ -66,6 +66,7 @@ class _GuardedStepObserver(StepObserver):
         super().__init__(*args, **kwargs)
         self._on_error = on_error
         self._on_raise = on_raise
+        self._compiling = compat.compiling_test()
 
     def attach(self) -> _GuardedStepObserver:
         if self._handle is None:
@@ -74,6 +75,8 @@ class _GuardedStepObserver(StepObserver):
         return self
 
     def _safe_hook(self, module, args, kwargs, output):
+        if self._compiling():  # inside a compiled graph: the turn is read from outside it (docs/observe.md)
+            return None
         try:
             if output is None:
                 exc = sys.exc_info()[1]
@@ -140,6 +143,22 @@ def _as_the_call_left_it(snap, samples, settings: dict):
     return replace(snap, layers=layers)
 
 
+def _count_compiled(model, snap, samples, settings: dict) -> None:
+    """The forwards of this call that ran compiled, where no hook runs: the cache grew past its last observed forward.
+
+    transformers compiles ``__call__`` for the decode forwards of a call with a static cache and a compile
+    config (``get_compiled_call``, which keeps it as ``_compiled_call``); each adds one position to the cache."""
+    if not hasattr(model, "_compiled_call"):
+        return
+    last = next((s for s in reversed(samples) if s.cache_id == snap.cache_id), None)
+    seen = [lay.seen for lay in snap.layers if lay.seen is not None and lay.seen >= 0]
+    if last is None or not seen or not len(last.seen):
+        return
+    grown = max(seen) - _top_seen(last)
+    if grown > 0:
+        settings["compiled_forwards"] = int(grown)
+
+
 def _draft_steps(samples, first_step: int, snap, prompt_len: int, refed: bool) -> dict:
     """Draft tokens proposed, accepted and rejected per verification forward, and the crops that removed them.
 
@@ -201,6 +220,7 @@ class ModelObserver:
         self.steps = _GuardedStepObserver(model, self.probe, self._on_sample, self.memory, keep_input_ids=True,
                                           on_error=self._fail, on_raise=self._forward_raised)
         self.book = TokenBook()
+        self._compiling = compat.compiling_test()
         self.turn: OpenTurn | None = None
         self.errors: list[str] = []
         self.enabled = True
@@ -234,7 +254,7 @@ class ModelObserver:
         # Inline, the common case first: another forward of the open generate() turn. Its frame was the
         # outermost generate() on this stack when the turn opened, so it still is: no walk to the top
         # of the stack, which right after a forward costs tens of microseconds (docs/observe.md).
-        if not self.enabled:
+        if self._compiling() or not self.enabled:
             return None
         t0 = perf_counter()
         if exit_armed and threading.get_ident() in exit_armed:
@@ -477,6 +497,8 @@ class ModelObserver:
                 log.debug("could not measure the cache of the failed turn", exc_info=True)
         if snap is not None and turn.kind == "generate" and not turn.returned and not drafts(mode):
             snap = _as_the_call_left_it(snap, samples, rec.settings)
+        if snap is not None and turn.kind == "generate" and not drafts(mode):
+            _count_compiled(self.model, snap, samples, rec.settings)
         cache_ids = [s.cache_id for s in samples if s.cache_id]
         prev = self._prev
         if not (cache_ids and prev is not None and continues(tt.prompt, prev.held, prev.prompt_len)):
@@ -526,6 +548,8 @@ class ModelObserver:
 
         t_end = turn.t_last if turn.t_last is not None else turn.t_start
         given, output = self._call_objects(turn, status)
+        if turn.kind == "generate" and given is None and compat.cache_from_generate_output(output) is None:
+            ctx.cache_outlives_call = False  # generate() built it for this call and dropped it
 
         def retained(tr: TurnRecord):
             return retained_events(tr.index, max(tr.end_step - 1, tr.first_step), self.model, result=output,

@@ -83,11 +83,15 @@ class Tracer:
         self._ticker: Ticker | None = None
         self._reg_handle: Any = None  # torch's RemovableHandle
         self._warned = False
+        self._compiling: Any = None  # torch's is_compiling, once torch is imported
 
     # -- torch side --------------------------------------------------------------------------------
     def install_torch_hooks(self) -> None:
         from torch.nn.modules.module import register_module_module_registration_hook
 
+        from kvinspect.core.compat import compiling_test
+
+        self._compiling = compiling_test()
         if self._reg_handle is None:
             self._reg_handle = register_module_module_registration_hook(self._on_registration)
 
@@ -113,11 +117,15 @@ class Tracer:
 
     def watch(self, model) -> None:
         """Observe ``model`` from its next call (a model built before the tracer was armed)."""
+        if self._compiling is None:
+            from kvinspect.core.compat import compiling_test
+
+            self._compiling = compiling_test()
         if model not in self._hooked:
             self._hooked[model] = model.register_forward_pre_hook(self._lazy_pre, with_kwargs=True)
 
     def _lazy_pre(self, module, args, kwargs):
-        if not self.enabled:
+        if (self._compiling is not None and self._compiling()) or not self.enabled:
             return None
         obs = self._observers.get(module)
         if obs is None:
