@@ -83,7 +83,7 @@ def media_events(ctx: TurnContext) -> list[Event]:
     # -- a placeholder fed as text ------------------------------------------------------------------
     lone = lone_placeholders(ctx.prompt, tokens, reused)
     unencoded = [m for m in new if not m["encoded"]]
-    if lone or (unencoded and fed_n == 0):
+    if lone or (unencoded and fed_n == 0 and not (fed is not None and fed.features_given)):
         where = lone[0] if lone else unencoded[0]["first"]
         what = (f"{len(lone)} image placeholder token(s) at position {where} with no image tokens after them"
                 if lone else f"{len(unencoded)} image span(s) from position {where} and no image features")

@@ -28,6 +28,7 @@ class FedMedia:
     vision_calls: int = 0
     forwards: int = 0
     token_types: list[int] | None = None  # the first forward's token_type_ids (row 0), None: not given
+    features_given: bool = False  # the first forward was given encoded image features, and the tower did not run
     rope_deltas: tuple | None = None  # M-RoPE models: the model's stored rope_deltas the turn's first forward used
 
 
@@ -73,6 +74,10 @@ class MediaWatch:
         if fed.forwards == 1:
             tt = kwargs.get("token_type_ids", kwargs.get("mm_token_type_ids"))
             fed.token_types = [int(x) for x in tt[0].tolist()] if tt is not None and hasattr(tt, "tolist") else None
+            # Image features the program encoded itself and passed in (generate()'s own encoding also arrives so,
+            # after the tower's calls this watch counted): the images were fed, unseen by the tower's hook.
+            enc = kwargs.get("mm_encoder_outputs")
+            fed.features_given = bool(enc) and not fed.vision_calls
             # generate() sets rope_deltas before its first forward (or keeps the stored ones): the value used.
             rd = getattr(self._body, "rope_deltas", None)
             fed.rope_deltas = tuple(int(x) for x in rd.reshape(-1).tolist()) if hasattr(rd, "reshape") else None
@@ -81,6 +86,11 @@ class MediaWatch:
     def _on_tower(self, module, args, kwargs):
         if self._compiling():
             return None
+        self.see_tower_call(args, kwargs)
+        return None
+
+    def see_tower_call(self, args, kwargs) -> None:
+        """One call of the vision tower: its images hashed in order."""
         px = args[0] if args else kwargs.get("pixel_values", kwargs.get("hidden_states"))
         fed = self._fed
         fed.vision_calls += 1
@@ -88,7 +98,6 @@ class MediaWatch:
             for img in per_image(px, kwargs.get("grid_thw", args[1] if len(args) > 1 else None)):
                 fed.hashes.append(pixel_hash(img))
                 fed.shapes.append(tuple(int(d) for d in img.shape))
-        return None
 
     def reset(self) -> None:
         self._fed = FedMedia()

@@ -76,6 +76,7 @@ class Tracer:
         self.enabled = True
         self._verdicts: dict[type, bool] = {}
         self._hooked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._towers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its vision tower's hook
         self._observers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._ignored: weakref.WeakSet = weakref.WeakSet()
         self.observers: list = []  # strong references: every trace is finished at exit
@@ -99,9 +100,10 @@ class Tracer:
         if self._reg_handle is not None:
             self._reg_handle.remove()
             self._reg_handle = None
-        for module, handle in list(self._hooked.items()):
-            handle.remove()
-        self._hooked.clear()
+        for hooks in (self._hooked, self._towers):
+            for handle in list(hooks.values()):
+                handle.remove()
+            hooks.clear()
 
     def _on_registration(self, module, name, submodule):
         # Runs for every child assigned while any model is built: keep it to a dict lookup.
@@ -111,8 +113,38 @@ class Tracer:
         verdict = self._verdicts.get(t)
         if verdict is None:
             verdict = self._verdicts[t] = is_causal_lm_class(t)
-        if verdict and module not in self._hooked:
-            self._hooked[module] = module.register_forward_pre_hook(self._lazy_pre, with_kwargs=True)
+        if verdict:
+            if module not in self._hooked:
+                self._hooked[module] = module.register_forward_pre_hook(self._lazy_pre, with_kwargs=True)
+            if module not in self._towers:
+                self._hook_tower(module)
+        return None
+
+    def _hook_tower(self, model) -> None:
+        """A multimodal model's vision tower starts its observer too: ``generate()`` may encode the images
+        (``get_image_features``) before the model's first forward, and those calls are the turn's."""
+        from kvinspect.core.media.watch import vision_tower
+
+        tower = vision_tower(model)
+        if tower is not None:
+            ref = weakref.ref(model)
+            self._towers[model] = tower.register_forward_pre_hook(
+                lambda mod, args, kwargs: self._tower_pre(ref, mod, args, kwargs), with_kwargs=True)
+
+    def _tower_pre(self, ref, tower, args, kwargs):
+        if (self._compiling is not None and self._compiling()) or not self.enabled:
+            return None
+        model = ref()
+        if model is None or model in self._observers or model in self._ignored:
+            return None  # a running observer's own hook on the tower reads this call
+        try:
+            obs = self._start(model)
+            media = obs.pipeline.media if obs is not None else None
+            if media is not None:
+                media.see_tower_call(args, kwargs)  # its hook went on during this call: torch runs it from the next
+        except Exception as exc:  # noqa: BLE001 - never break the traced program
+            self._ignored.add(model)
+            self._warn(f"cannot observe {type(model).__name__}: {exc_line(exc)}")
         return None
 
     def watch(self, model) -> None:
@@ -123,6 +155,8 @@ class Tracer:
             self._compiling = compiling_test()
         if model not in self._hooked:
             self._hooked[model] = model.register_forward_pre_hook(self._lazy_pre, with_kwargs=True)
+        if model not in self._towers:
+            self._hook_tower(model)
 
     def _lazy_pre(self, module, args, kwargs):
         if (self._compiling is not None and self._compiling()) or not self.enabled:

@@ -22,6 +22,7 @@ from tests.helpers import ROOT, run_cli, start_cli, vl_unavailable, wait_for
 
 EXAMPLES_DIR = ROOT / "resources" / "examples"
 EXPECTED = load_expected()
+EXPECTED_IMAGES = load_expected(images=True)
 
 
 def kvinspect_trace(out: Path, *cmd, env=None, timeout=900, extra=()):
@@ -104,6 +105,21 @@ def test_trace_names_a_swapped_picture_media_changed_at_its_first_image_token(tm
     assert div.data["cached_hash"] == image["hash"] and "image 1 changed" in div.message
     assert rec.turns[1].media[0]["hash_given"] == div.data["given_hash"]
     assert "media_changed" in r.stderr or "prefix_divergence" in r.stderr
+
+
+@pytest.mark.skipif(bool(vl_unavailable()), reason=vl_unavailable() or "-")
+@pytest.mark.parametrize("name", ["correct_image_chat.py", "mistake_images_passed_again.py"])
+def test_images_encoded_by_the_first_generate_are_seen_under_trace(tmp_path, name):
+    # Each example alone, so its first turn is the model's first generate(): transformers 5.x encodes the
+    # images (get_image_features) before that call's first forward, where the model's own hook first runs.
+    out = tmp_path / "out"
+    r = kvinspect_trace(out, sys.executable, str(EXAMPLES_DIR / name), "--model", "tiny-gemma3-vl",
+                        "--max-new-tokens", "6")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = read_trace(out / "trace.jsonl")
+    assert problems_by_example(rec) == {name: EXPECTED_IMAGES[name]["windowed"]}
+    first = rec.turns[0].media
+    assert first and all(m["encoded"] and m["hash"] for m in first)  # turn 1's pictures, hashed as encoded
 
 
 def test_single_example_script_output_and_exit_code_pass_through(tmp_path):

@@ -226,3 +226,29 @@ def test_qwen_image_policies_show_their_mistake(policy, want):
         if e.is_problem:
             got.setdefault(e.kind, []).append(e.turn + 1)
     assert got == want, [e.message for e in s.record.events]
+
+
+def test_image_features_encoded_before_observing_and_passed_in_are_not_fed_as_text():
+    import contextlib
+    import inspect
+    import io
+
+    from transformers import DynamicCache
+
+    import kvinspect
+    from kvinspect.core.media.images import read_image
+
+    lm = load_vl()
+    model, proc = lm.model, lm.processor
+    if "mm_encoder_outputs" not in inspect.signature(model.forward).parameters:
+        pytest.skip("this transformers takes no pre-encoded image features")
+    text = proc.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],
+                                    add_generation_prompt=True, tokenize=False)
+    inputs = proc(text=text, images=[read_image(IMAGES / "gradient.png")], return_tensors="pt")
+    with torch.no_grad():  # the program's own encoding, before kvinspect looks
+        features = model.model.get_image_features(pixel_values=inputs.pop("pixel_values"), return_dict=True)
+    with contextlib.redirect_stdout(io.StringIO()), kvinspect.observe(model, proc.tokenizer) as rec:
+        model.generate(**inputs, mm_encoder_outputs={"image": features}, cache=DynamicCache(config=model.config),
+                       max_new_tokens=4, do_sample=False)
+    assert [e.kind for e in rec.events if e.is_problem] == []
+    assert rec.turns[0].vision_calls == 0 and len(rec.turns[0].media) == 1
