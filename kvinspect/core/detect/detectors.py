@@ -74,6 +74,7 @@ class TurnContext:
     # False where generate() built the cache for this call alone (none passed in, none returned): no next turn
     # can reuse it, so nothing is predicted of its capacity.
     cache_outlives_call: bool = True
+    fed_embeddings: bool = False  # the turn's prompt came as inputs_embeds: no ids to check the cache against
     opening: int | None = None  # tokens of the first prompt the reused cache took (divergence causes)
     special_ids: frozenset = frozenset()  # the tokenizer's special ids (divergence details)
     role: str = ""  # "draft": the turn is a draft model's share of another model's generate() call
@@ -435,8 +436,10 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
                            f"{ctx.created_reason or 'recreated'}"))
     else:
         same = "same object as last turn" if ctx.prev_cache_id == cached[-1].cache_id else "created this turn"
+        reuse = ("the prompt came as embeddings: its reuse is not checkable" if ctx.fed_embeddings
+                 else f"reused {ctx.reused} of {len(ctx.prompt)} prompt tokens")
         items.append(_item("cache_object", "Cache object present and reused", "pass",
-                           f"#{cached[-1].cache_id} ({same}); reused {ctx.reused} of {len(ctx.prompt)} prompt tokens"))
+                           f"#{cached[-1].cache_id} ({same}); {reuse}"))
 
     # 2. length per layer vs expected from the token count
     expected = conversation_tokens(ctx)
@@ -468,6 +471,10 @@ def turn_checklist(ctx: TurnContext, events: list[Event]) -> list[dict]:
                     detail.append(f"layer {i}: seen {seen_i}, stored {stored_i} (want {expected}/{want_stored})")
         if ctx.status == "failed":
             items.append(_item("length", "Cache length matches the conversation", "warn", "turn failed; not checked"))
+        elif ctx.fed_embeddings:
+            items.append(_item("length", "Cache length matches the conversation", "warn",
+                               f"not checkable: the call gave embeddings (inputs_embeds), not ids; every layer has "
+                               f"seen up to {_max_seen(last)} tokens"))
         elif bad:
             items.append(_item("length", "Cache length matches the conversation", "fail",
                                f"{len(bad)} layer{'s' if len(bad) != 1 else ''} off: " + "; ".join(detail)))

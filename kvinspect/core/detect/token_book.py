@@ -216,7 +216,9 @@ def detect_observed(ctx: TurnContext, record, tt: TurnTokens, decode, special_id
         # One forward without a cache scores a sequence; it is not a generation loop.
         events = [e for e in events if e.kind != CACHE_DISABLED]
     first_step = ctx.first_step
-    tok = [] if tt.fed_without_use_cache else token_events(ctx.turn_index, first_step, tt, decode, special_ids)
+    # A prompt given as inputs_embeds has no ids: what the cache holds cannot be compared with it.
+    skip = tt.fed_without_use_cache or ctx.fed_embeddings
+    tok = [] if skip else token_events(ctx.turn_index, first_step, tt, decode, special_ids)
     return events + tok
 
 

@@ -501,7 +501,9 @@ class ModelObserver:
             _count_compiled(self.model, snap, samples, rec.settings)
         cache_ids = [s.cache_id for s in samples if s.cache_id]
         prev = self._prev
-        if not (cache_ids and prev is not None and continues(tt.prompt, prev.held, prev.prompt_len)):
+        embedded = bool(fed) and fed[0].ids is None and fed[0].q_len > 0  # inputs_embeds: no ids to compare
+        if not (cache_ids and prev is not None and (continues(tt.prompt, prev.held, prev.prompt_len)
+                                                    or (embedded and prev.cache_id == cache_ids[0]))):
             prev = None  # this turn does not continue the previous one's cache
         decode = self._decoder()
         ctx = TurnContext(turn_index=rec.index, policy="observed", cache_impl=impl_of(snap),
@@ -509,6 +511,7 @@ class ModelObserver:
                           prev_cache_id=prev.cache_id if prev is not None else None,
                           cached_ids_before=list(prev.held) if prev is not None else [], reused=tt.reused,
                           decode=decode, role="draft" if draft else "")
+        ctx.fed_embeddings = embedded
         if tt.cropped_from is not None and tt.cropped_to:
             ctx.cropped_from, ctx.cropped_to = tt.cropped_from, tt.cropped_to
         if status != "ok" and turn.failure is None:
@@ -517,7 +520,7 @@ class ModelObserver:
         rec.prompt_ids = tt.prompt
         reply = [t for t in tt.new_ids if t != UNKNOWN]
         rec.reply = decode(reply) if decode is not None and reply else ""
-        rec.divergence_at = tt.divergence[2] if tt.divergence else None
+        rec.divergence_at = tt.divergence[2] if tt.divergence and not embedded else None
         rec.cropped_from = tt.cropped_from
 
         def detect(c: TurnContext, record: TraceRecord):

@@ -99,6 +99,21 @@ def static_capacity(snapshot: Any) -> int | None:
     return max(caps) if caps else None
 
 
+def _the_librarys(events: list[Event]) -> None:
+    """A draft model's turn is transformers' own call (the assistant's generate() inside the main model's):
+    what the draft was fed and what holds its outputs is the library's doing, said so and never the program's."""
+    import transformers
+
+    for ev in events:
+        if ev.kind == TURN_FAILED or ev.severity == "info":
+            continue
+        ev.severity = "info"
+        ev.data["origin"] = "library"
+        ev.message = f"transformers {transformers.__version__} drove the draft model so: {ev.message}"
+        ev.advice = ("Nothing to change in the program: transformers' assisted decoding builds the draft model's "
+                     "inputs and cache itself.")
+
+
 class TurnPipeline:
     """Step rows, timing, snapshot fields, detectors, checklist and messages of one session's turns."""
 
@@ -246,6 +261,8 @@ class TurnPipeline:
                                 turn.error or f"the turn ended {turn.status}",
                                 "Fix the cause above; the trace keeps every earlier turn and every forward pass "
                                 "made before the failure."))
+        if ctx.role == "draft":
+            _the_librarys(events)
         for ev in events:
             # Where the pattern comes from: the program's code, unless a feeder named it transformers' own.
             ev.data.setdefault("origin", "user_code")

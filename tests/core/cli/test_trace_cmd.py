@@ -122,6 +122,38 @@ def test_images_encoded_by_the_first_generate_are_seen_under_trace(tmp_path, nam
     assert first and all(m["encoded"] and m["hash"] for m in first)  # turn 1's pictures, hashed as encoded
 
 
+ASSISTED_VL = textwrap.dedent('''
+    from kvinspect.core.media.images import read_image
+    from kvinspect.core.model.loading import load_model
+
+    main, draft = load_model("tiny-gemma3-vl", device="cpu"), load_model("tiny-gemma3-vl", device="cpu")
+    proc = main.processor
+    msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}]
+    text = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    inputs = proc(text=text, images=[read_image(IMAGES)], return_tensors="pt")
+    out = main.model.generate(**inputs, assistant_model=draft.model, max_new_tokens=6, do_sample=False)
+    print(out.shape[1])
+''')
+
+
+@pytest.mark.skipif(bool(vl_unavailable()), reason=vl_unavailable() or "-")
+def test_what_assisted_decoding_feeds_the_draft_model_is_the_librarys(tmp_path):
+    # transformers builds the draft's inputs itself (no pixels, no token_type_ids): true, and not the program's.
+    p = tmp_path / "assisted.py"
+    p.write_text(ASSISTED_VL.replace("IMAGES", repr(str(ROOT / "resources" / "images" / "gradient.png"))))
+    out = tmp_path / "out"
+    r = kvinspect_trace(out, sys.executable, str(p))
+    assert r.returncode == 0, r.stderr[-3000:]
+    main = read_trace(out / "trace.jsonl")
+    (draft_path,) = out.glob("trace-*-draft.jsonl")
+    draft = read_trace(draft_path)
+    assert main.turns and draft.turns
+    assert [e.kind for e in main.events if e.is_problem] == [] == [e.kind for e in draft.events if e.is_problem]
+    named = [e for e in draft.events if e.kind in ("media_fed_as_text", "image_causal")]
+    assert {e.kind for e in named} == {"media_fed_as_text", "image_causal"}
+    assert all(e.data["origin"] == "library" and "drove the draft model" in e.message for e in named)
+
+
 def test_single_example_script_output_and_exit_code_pass_through(tmp_path):
     script = EXAMPLES_DIR / "mistake_cache_in_loop.py"
     args = [sys.executable, str(script), "--model", "tiny-llama", "--max-new-tokens", "5"]

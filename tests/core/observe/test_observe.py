@@ -426,3 +426,23 @@ def test_token_book_rules():
     book3 = TokenBook()
     r = book3.analyse([Fed(0, 3, 2, True, 4, [5, 6])], [1, 2, 3, 4, 5, 6], None)
     assert r.divergence is None and book3.held[3] == [UNKNOWN] * 4 + [5, 6]
+
+
+def test_a_turn_given_embeddings_is_not_checked_against_ids():
+    # transformers' own test_generate_continue_from_inputs_embeds: a legitimate continuation by embeddings.
+    lm = load_cached("tiny-llama")
+    m, tok = lm.model, lm.tokenizer
+    ids = tok("hello there friend", return_tensors="pt")["input_ids"]
+    with contextlib.redirect_stdout(io.StringIO()), kvinspect.observe(m, tok) as rec:
+        out = m.generate(inputs_embeds=m.get_input_embeddings()(ids), max_new_tokens=3, do_sample=False,
+                         return_dict_in_generate=True)
+        full = torch.cat([ids, out.sequences], dim=1)
+        m.generate(inputs_embeds=m.get_input_embeddings()(full), past_key_values=out.past_key_values,
+                   max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    assert len(rec.turns) == 2 and [e.kind for e in rec.events if e.is_problem] == []
+    for t in rec.turns:
+        length = next(c for c in t.checklist if c["key"] == "length")
+        assert length["evidence"].startswith("not checkable: the call gave embeddings")
+        assert t.divergence_at is None
+    obj = next(c for c in rec.turns[1].checklist if c["key"] == "cache_object")
+    assert obj["status"] == "pass" and "same object as last turn" in obj["evidence"]
