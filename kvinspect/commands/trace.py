@@ -21,9 +21,11 @@ import time
 from pathlib import Path
 
 from ..core.errors import KvInspectError, runtime_fault
+from ..core.text_safety import json_dumps_utf8
 from .common import ClaimedOut, claim_out_dir, echo, out_arg
 
 DEFAULT_ROOT = "kvinspect-traces"
+INDEX_NAME = "index.json"  # one entry per trace of the run: model, files, turns, events (kvinspect view DIR lists it)
 
 
 class TraceCommandError(KvInspectError):
@@ -119,7 +121,7 @@ def _out_dir(given: str | None, overwrite: bool = False) -> ClaimedOut:
         while out.exists():
             out = Path(DEFAULT_ROOT) / f"{stamp}-{n}"
             n += 1
-    claimed = claim_out_dir(out, lambda d: [*d.glob("trace*.jsonl"), *d.glob("summary*.json")], "a trace",
+    claimed = claim_out_dir(out, lambda d: [*d.glob("trace*.jsonl"), *d.glob("summary*.json"), *d.glob(INDEX_NAME)], "a trace",
                             overwrite, TraceCommandError)
     claimed.path = out.resolve()  # the child's trace folder, whatever its working directory
     return claimed
@@ -169,6 +171,7 @@ def _report(out: Path, shown: str, status: str, rc: int, quiet: bool) -> int:
 
     traces = sorted(out.glob("trace*.jsonl"), key=lambda p: (p.name != "trace.jsonl", p.name))
     err = sys.stderr
+    index: list[dict] = []
     for path in traces:
         try:
             rec = read_trace(path)
@@ -186,8 +189,14 @@ def _report(out: Path, shown: str, status: str, rc: int, quiet: bool) -> int:
             except OSError:
                 pass
             summary = None
+        model = (rec.header.get("model") or {}).get("name") or "model"
+        problems = [e for e in rec.events if e.is_problem]
+        index.append({"model": model, "class": (rec.header.get("model") or {}).get("class", ""),
+                      "role": (rec.header.get("model") or {}).get("role", ""), "trace": path.name,
+                      "summary": summary.name if summary else None, "turns": len(rec.turns),
+                      "events": len(rec.events), "problems": len(problems),
+                      "problem_kinds": sorted({e.kind for e in problems})})
         if not quiet:
-            model = (rec.header.get("model") or {}).get("name") or "model"
             echo(f"\n── {model} ({rec.header.get('model', {}).get('class', '')}): {len(rec.turns)} turn(s), "
                   f"{rec.n_steps} forward passes ──", file=err)
             echo(turn_table(rec), file=err)
@@ -197,8 +206,19 @@ def _report(out: Path, shown: str, status: str, rc: int, quiet: bool) -> int:
             echo(events_text(rec), file=err)
             for note in rec.notes:
                 echo(f"note: {note}", file=err)
-        print(f"trace: {path}" + (f"\nsummary: {summary}" if summary else ""), file=err)
-    print(f"kvinspect: `{shown}` {status}; open the trace with: kvinspect view {out}", file=err)
+        if not quiet:
+            print(f"trace: {path}" + (f"\nsummary: {summary}" if summary else ""), file=err)
+    try:
+        (out / INDEX_NAME).write_text(json_dumps_utf8({"command": shown, "status": status, "traces": index},
+                                                      indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"kvinspect: cannot write {out / INDEX_NAME}: {exc.strerror or exc}", file=err)
+    if quiet:
+        flagged = sum(1 for i in index if i["problems"])
+        print(f"kvinspect: {len(index)} model{'s' if len(index) != 1 else ''} observed → {out} ({flagged} with "
+              f"events); `{shown}` {status}", file=err)
+    else:
+        print(f"kvinspect: `{shown}` {status}; open the trace with: kvinspect view {out}", file=err)
     return rc
 
 

@@ -20,11 +20,16 @@ def add_parser(sub) -> None:
                         "in the folder, switching to newer ones; the file may not exist yet)")
     p.add_argument("--follow", action="store_true", help="keep reading as the file grows (polls every 0.4 s)")
     p.add_argument("--theme", choices=("dark", "light"), default=None, help="window theme (default: as last time)")
+    p.add_argument("--list", action="store_true",
+                   help="print the traces of a `kvinspect trace` folder (its index.json: model, turns, events) "
+                        "and exit, with no window")
 
 
 def main(args, argv) -> int:
     from ..core.errors import TraceError
 
+    if args.list:
+        return _list(args.trace)
     if args.follow:
         # No Qt yet: the window opens only once the path is known to be followable.
         from ..core.trace.follow import FollowSource, check_follow_target
@@ -41,6 +46,29 @@ def main(args, argv) -> int:
 
     record = read_trace(args.trace)  # TraceError: one line, exit 2
     return _run_viewer()(record=record, path=str(trace_path(args.trace)), theme=args.theme)
+
+
+def _list(folder: str) -> int:
+    """The folder's traces, one line each: what `kvinspect trace -q` left in index.json."""
+    import json
+    from pathlib import Path
+
+    from ..core.errors import TraceError
+    from .common import echo
+
+    index = Path(folder) / "index.json"
+    try:
+        doc = json.loads(index.read_text(encoding="utf-8"))
+        rows = [r for r in doc["traces"] if isinstance(r, dict)]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TraceError(f"no trace index at {index} (kvinspect trace writes one): {exc}") from None
+    for r in rows:
+        kinds = ", ".join(str(k) for k in r.get("problem_kinds") or [])
+        role = f" ({r['role']})" if r.get("role") else ""
+        echo(f"{r.get('trace')}: {r.get('model')}{role}, {r.get('turns')} turn(s), {r.get('problems')} problem "
+             f"event(s){': ' + kinds if kinds else ''}")
+    echo(f"{len(rows)} trace(s); open one with: kvinspect view {Path(folder) / 'TRACE.jsonl'}")
+    return 0
 
 
 def _run_viewer():

@@ -186,7 +186,7 @@ def test_a_trace_that_observed_a_model_replaces_the_earlier_ones(tmp_path, capsy
     monkeypatch.setattr(trace_cmd, "_run", program)
     rc, err = _main(["trace", "--out", str(out), "-q", "--overwrite", "--", sys.executable, "-c", "pass"], capsys)
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["summary.json", "trace.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["index.json", "summary.json", "trace.jsonl"]
     assert (out / "trace.jsonl").read_bytes() == SEED.read_bytes()
     assert json.loads((out / "summary.json").read_text()).get("old") is None
     assert _hidden(tmp_path) == []

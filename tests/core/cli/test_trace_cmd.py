@@ -264,9 +264,28 @@ def test_two_models_get_two_clearly_named_traces(tmp_path, program):
     r = kvinspect_trace(tmp_path / "out", sys.executable, str(p), "0", "tiny-mistral", "tiny-llama", env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     names = sorted(x.name for x in (tmp_path / "out").iterdir())
-    assert names == ["summary-llama.json", "summary.json", "trace-llama.jsonl", "trace.jsonl"]
+    assert names == ["index.json", "summary-llama.json", "summary.json", "trace-llama.jsonl", "trace.jsonl"]
     assert read_trace(tmp_path / "out" / "trace.jsonl").header["model"]["class"] == "MistralForCausalLM"
     assert read_trace(tmp_path / "out" / "trace-llama.jsonl").header["model"]["class"] == "LlamaForCausalLM"
+
+
+def test_quiet_says_one_line_and_the_folder_lists_its_traces(tmp_path, program):
+    p, env = program
+    out = tmp_path / "out"
+    r = kvinspect_trace(out, sys.executable, str(p), "0", "tiny-mistral", "tiny-llama", env=env, extra=("-q",))
+    assert r.returncode == 0, r.stderr[-2000:]
+    ours = [line for line in r.stderr.splitlines() if line.startswith(("kvinspect", "trace:", "summary:"))]
+    assert len(ours) == 2 and ours[0].startswith("kvinspect: tracing ")  # where it goes, then what it saw
+    assert ours[1:] == [f"kvinspect: 2 models observed → {out} (0 with events); `{sys.executable} {p} 0 tiny-mistral "
+                    f"tiny-llama` exited normally"]
+    index = json.loads((out / "index.json").read_text())
+    assert [(i["trace"], i["class"], i["turns"], i["problems"]) for i in index["traces"]] == [
+        ("trace.jsonl", "MistralForCausalLM", 1, 0), ("trace-llama.jsonl", "LlamaForCausalLM", 1, 0)]
+    listed = run_cli(["view", str(out), "--list"])
+    assert listed.returncode == 0 and listed.stdout.splitlines()[0].startswith("trace.jsonl: ")
+    assert "2 trace(s)" in listed.stdout
+    missing = run_cli(["view", str(tmp_path), "--list"])
+    assert missing.returncode == 2 and "no trace index" in missing.stderr
 
 
 def test_a_script_without_a_model_says_nothing_observed(tmp_path):
