@@ -450,7 +450,7 @@ class PlotsWidget(QtWidgets.QWidget):
         (each builds what it draws again, or takes it back from its ``ZoomMemo``).
 
         The lanes name their data items: scanning the scene's ~200 items for them cost more
-        than invalidating them (docs/redraw.md, session 7).
+        than invalidating them (docs/redraw.md, "Round 7: the full view").
         """
         for item in (*self.heat.data_items(), *self.tokens.data_items(), *self.memory.data_items()):
             item.invalidate()
